@@ -1,0 +1,1 @@
+//! tandem-model
