@@ -1,1 +1,1 @@
-//! tandem-engine
+//! Generation engine.

@@ -12,6 +12,35 @@ const MAX_TENSORS: u64 = 1 << 20;
 const MAX_KV: u64 = 1 << 20;
 const MAX_DIMS: u32 = 4;
 const MAX_NESTING: u32 = 4;
+/// Most elements one metadata array may hold. Real vocabularies are ~2^18; the
+/// cap stops a corrupt length in a large file from turning gigabytes of tensor
+/// data into a `Vec<Value>` (32 bytes per element) before anything fails.
+const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// Most entries reserved up front for any count read from the file; beyond
+/// this, vectors grow only as entries are actually parsed.
+const MAX_PREALLOC: u64 = 1024;
+
+fn prealloc(n: u64) -> usize {
+    n.min(MAX_PREALLOC) as usize
+}
+
+/// Validate a `general.alignment` value: an integer type (not bool, float,
+/// string or array) holding a power of two in 1..=65536.
+pub(crate) fn alignment_from_value(v: &Value) -> Result<u64, GgufError> {
+    let a = match v {
+        Value::Bool(_) => None,
+        _ => v.as_u64(),
+    }
+    .ok_or_else(|| GgufError::WrongType {
+        key: "general.alignment".into(),
+        expected: "unsigned integer",
+        found: v.type_name(),
+    })?;
+    if a == 0 || !a.is_power_of_two() || a > 65536 {
+        return Err(GgufError::BadAlignment(a));
+    }
+    Ok(a)
+}
 
 /// Where the bytes live: a read-only memory map (zero-copy) or an owned buffer.
 enum Backing {
@@ -114,11 +143,19 @@ impl<'a> Cursor<'a> {
         let b = self.take(n, what)?;
         String::from_utf8(b.to_vec()).map_err(|_| GgufError::BadUtf8(at))
     }
-    /// Bound an element count by what the remaining bytes could possibly hold.
+    /// Bound an element count by what the remaining bytes could possibly hold
+    /// (before anything is reserved for it). A count below the hard limits that
+    /// the rest of the file is too short for means the file was cut off, so this
+    /// reports `Truncated` with the least number of bytes the count implies.
     fn check_count(&self, what: &'static str, n: u64, min_size: u64) -> Result<(), GgufError> {
         let limit = self.remaining() / min_size.max(1);
         if n > limit {
-            return Err(GgufError::AbsurdCount { what, value: n, limit });
+            return Err(GgufError::Truncated {
+                what,
+                offset: self.pos as u64,
+                needed: n.saturating_mul(min_size.max(1)),
+                len: self.buf.len() as u64,
+            });
         }
         Ok(())
     }
@@ -149,8 +186,11 @@ impl<'a> Cursor<'a> {
                 let raw = self.u32("array element type")?;
                 let ety = ValueType::from_u32(raw).ok_or(GgufError::UnknownValueType(raw))?;
                 let n = self.u64("array length")?;
+                if n > MAX_ARRAY_LEN {
+                    return Err(GgufError::AbsurdCount { what: "array length", value: n, limit: MAX_ARRAY_LEN });
+                }
                 self.check_count("array length", n, ety.min_size())?;
-                let mut items = Vec::with_capacity(n as usize);
+                let mut items = Vec::with_capacity(prealloc(n));
                 for _ in 0..n {
                     items.push(self.value(ety, depth + 1)?);
                 }
@@ -200,8 +240,8 @@ impl Gguf {
         // Each KV takes at least 8 (key len) + 4 (type) + 1 bytes; each tensor info at least 8+4+4+8.
         c.check_count("metadata count", n_kv, 13)?;
 
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut index = HashMap::with_capacity(n_kv as usize);
+        let mut metadata = Vec::with_capacity(prealloc(n_kv));
+        let mut index = HashMap::with_capacity(prealloc(n_kv));
         for _ in 0..n_kv {
             let key = c.string("metadata key")?;
             let raw = c.u32("metadata type")?;
@@ -215,23 +255,12 @@ impl Gguf {
 
         let alignment = match index.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
-            Some(&i) => {
-                let v = &metadata[i].1;
-                let a = v.as_u64().ok_or_else(|| GgufError::WrongType {
-                    key: "general.alignment".into(),
-                    expected: "unsigned integer",
-                    found: v.type_name(),
-                })?;
-                if a == 0 || !a.is_power_of_two() || a > 65536 {
-                    return Err(GgufError::BadAlignment(a));
-                }
-                a
-            }
+            Some(&i) => alignment_from_value(&metadata[i].1)?,
         };
 
         c.check_count("tensor count", n_tensors, 24)?;
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(prealloc(n_tensors));
+        let mut tensor_index = HashMap::with_capacity(prealloc(n_tensors));
         for _ in 0..n_tensors {
             let name = c.string("tensor name")?;
             let nd = c.u32("tensor dimension count")?;

@@ -63,20 +63,18 @@ impl GgufWriter {
         Ok(self)
     }
 
-    fn alignment(&self) -> u64 {
-        self.metadata
-            .iter()
-            .find(|(k, _)| k == "general.alignment")
-            .and_then(|(_, v)| v.as_u64())
-            .unwrap_or(DEFAULT_ALIGNMENT)
+    /// The data alignment, validated exactly as the reader will validate it,
+    /// so the writer never produces a file the reader rejects.
+    fn alignment(&self) -> Result<u64, GgufError> {
+        match self.metadata.iter().find(|(k, _)| k == "general.alignment") {
+            None => Ok(DEFAULT_ALIGNMENT),
+            Some((_, v)) => crate::reader::alignment_from_value(v),
+        }
     }
 
     /// Serialize to bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
-        let align = self.alignment();
-        if align == 0 || !align.is_power_of_two() {
-            return Err(GgufError::BadAlignment(align));
-        }
+        let align = self.alignment()?;
         let mut out = Vec::new();
         out.extend_from_slice(crate::MAGIC);
         out.extend_from_slice(&3u32.to_le_bytes());

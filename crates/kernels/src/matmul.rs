@@ -1,0 +1,334 @@
+//! Batch-invariant matrix products: Y[M×N] = X[M×K] · Wᵀ, W stored as N rows of K.
+//!
+//! Work is split between threads over output columns N (never over K), and every
+//! (row, column) output is one call of a tile kernel whose reduction order is
+//! fixed by the format alone. So row i of an M-row product has the same bits as
+//! the same row computed alone, with any number of threads.
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use tandem_gguf::GgmlType;
+
+use crate::pool::{split_range, ThreadPool};
+use crate::quant::dot::{dot_f_scalar, dot_q_scalar, FloatKind};
+use crate::quant::formats::{Format, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use crate::quant::{dequantize_row, quantize_act_row, ActBlock};
+use crate::simd::{simd_level, SimdLevel};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WeightError {
+    #[error("{name}: type {ty} cannot be used as a matrix")]
+    UnsupportedType { name: String, ty: GgmlType },
+    #[error("{name}: {k} columns is not a multiple of the {ty} block size")]
+    BadColumns { name: String, k: usize, ty: GgmlType },
+    #[error("{name}: {got} bytes, expected {want} for {n}×{k} {ty}")]
+    BadSize { name: String, got: usize, want: usize, n: usize, k: usize, ty: GgmlType },
+}
+
+/// A borrowed weight matrix: `n` rows (output features) of `k` elements.
+#[derive(Debug, Clone, Copy)]
+pub struct Weight<'a> {
+    pub ty: GgmlType,
+    pub n: usize,
+    pub k: usize,
+    data: &'a [u8],
+    row_bytes: usize,
+}
+
+impl<'a> Weight<'a> {
+    /// Validate shape and size; quantized matrices need `k % 32 == 0` (our
+    /// activation blocks are 32 wide) on top of the format's own block size.
+    pub fn new(name: &str, ty: GgmlType, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
+        if matches!(ty, GgmlType::Q8_1) {
+            return Err(WeightError::UnsupportedType { name: name.into(), ty });
+        }
+        let rb = ty
+            .row_bytes(k as u64)
+            .filter(|_| is_float(ty) || k % 32 == 0)
+            .ok_or_else(|| WeightError::BadColumns { name: name.into(), k, ty })? as usize;
+        if data.len() != rb * n {
+            return Err(WeightError::BadSize { name: name.into(), got: data.len(), want: rb * n, n, k, ty });
+        }
+        Ok(Weight { ty, n, k, data, row_bytes: rb })
+    }
+
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// Raw bytes of row `i`.
+    pub fn row(&self, i: usize) -> &'a [u8] {
+        &self.data[i * self.row_bytes..(i + 1) * self.row_bytes]
+    }
+
+    /// Dequantize row `i` into `out` (len k).
+    pub fn row_f32(&self, i: usize, out: &mut [f32]) {
+        dequantize_row(self.ty, self.row(i), out)
+    }
+}
+
+fn is_float(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+fn float_kind(ty: GgmlType) -> FloatKind {
+    match ty {
+        GgmlType::F32 => FloatKind::F32,
+        GgmlType::F16 => FloatKind::F16,
+        _ => FloatKind::BF16,
+    }
+}
+
+/// Output pointer shared by the threads of one region; each thread writes disjoint columns.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    n: usize,
+}
+// SAFETY: threads write disjoint (row, column) cells; the region ends before the
+// borrow of the output slice does.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    #[inline(always)]
+    unsafe fn put(&self, m: usize, col: usize, v: f32) {
+        *self.ptr.add(m * self.n + col) = v;
+    }
+}
+
+thread_local! {
+    static ACTS: RefCell<Vec<ActBlock>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Y = X · Wᵀ for one weight. `x` is M×K row-major, `y` is M×N row-major.
+pub fn matmul(pool: &ThreadPool, w: &Weight, x: &[f32], m: usize, y: &mut [f32]) {
+    matmul_many(pool, &[w], x, m, &mut [y]);
+}
+
+/// Several weights sharing the same input (e.g. Q, K and V): the input is
+/// quantized once and all outputs are computed in one parallel region.
+pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &mut [&mut [f32]]) {
+    assert_eq!(ws.len(), ys.len());
+    if m == 0 || ws.is_empty() {
+        return;
+    }
+    let k = ws[0].k;
+    assert!(ws.iter().all(|w| w.k == k), "matmul_many: weights differ in K");
+    assert_eq!(x.len(), m * k, "matmul: X is not M×K");
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        assert_eq!(y.len(), m * w.n, "matmul: Y is not M×N");
+    }
+    let any_q = ws.iter().any(|w| !is_float(w.ty));
+    ACTS.with(|cell| {
+        let mut acts = cell.borrow_mut();
+        if any_q {
+            let nb = k / 32;
+            acts.resize(m * nb, ActBlock::default());
+            for r in 0..m {
+                quantize_act_row(&x[r * k..(r + 1) * k], &mut acts[r * nb..(r + 1) * nb]);
+            }
+        }
+        let acts: &[ActBlock] = &acts;
+        let outs: Vec<Out> = ys.iter_mut().map(|y| Out { ptr: y.as_mut_ptr(), n: y.len() / m }).collect();
+        let total: usize = ws.iter().map(|w| w.n).sum();
+        let level = simd_level();
+        pool.run(|t, nt| {
+            let r = split_range(total, nt, t, 8);
+            let mut base = 0;
+            for (w, out) in ws.iter().zip(&outs) {
+                let lo = r.start.max(base);
+                let hi = r.end.min(base + w.n);
+                if lo < hi {
+                    let cols = lo - base..hi - base;
+                    // SAFETY: `cols` ⊂ 0..w.n, disjoint between threads.
+                    unsafe { run_cols(level, w, x, acts, m, cols, *out) };
+                }
+                base += w.n;
+            }
+        });
+    });
+}
+
+/// Compute columns `cols` of all M rows.
+unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
+    match w.ty {
+        GgmlType::Q4_0 => cols_q::<Q4_0>(level, w, acts, m, cols, out),
+        GgmlType::Q4_1 => cols_q::<Q4_1>(level, w, acts, m, cols, out),
+        GgmlType::Q5_0 => cols_q::<Q5_0>(level, w, acts, m, cols, out),
+        GgmlType::Q5_1 => cols_q::<Q5_1>(level, w, acts, m, cols, out),
+        GgmlType::Q8_0 => cols_q::<Q8_0>(level, w, acts, m, cols, out),
+        GgmlType::Q4K => cols_q::<Q4K>(level, w, acts, m, cols, out),
+        GgmlType::Q5K => cols_q::<Q5K>(level, w, acts, m, cols, out),
+        GgmlType::Q6K => cols_q::<Q6K>(level, w, acts, m, cols, out),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => cols_f(level, w, x, m, cols, out),
+        GgmlType::Q8_1 => unreachable!("rejected by Weight::new"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+use crate::simd::avx2::Unpack;
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) trait Unpack: Format {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<T: Format> Unpack for T {}
+
+unsafe fn cols_q<F: Format + Unpack>(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
+    let nb = w.k / 32;
+    let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => {
+            let mut c = cols.start;
+            while c < cols.end {
+                if c + 2 <= cols.end {
+                    tiles_q::<F, 2>(w, &arow, m, c, out);
+                    c += 2;
+                } else {
+                    tiles_q::<F, 1>(w, &arow, m, c, out);
+                    c += 1;
+                }
+            }
+        }
+        _ => {
+            for c in cols {
+                let wr = w.row(c);
+                for r in 0..m {
+                    out.put(r, c, dot_q_scalar::<F>(wr, arow(r)));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tiles_q<'a, F: Unpack, const NR: usize>(
+    w: &Weight<'a>,
+    arow: &impl Fn(usize) -> &'a [ActBlock],
+    m: usize,
+    c: usize,
+    out: Out,
+) {
+    use crate::simd::avx2::dot_tile;
+    let wr: [&[u8]; NR] = std::array::from_fn(|i| w.row(c + i));
+    let mut r = 0;
+    while r < m {
+        match m - r {
+            1 => {
+                let mut o = [[0f32; NR]; 1];
+                dot_tile::<F, 1, NR>(wr, [arow(r)], &mut o);
+                emit(out, r, c, &o);
+                r += 1;
+            }
+            2 => {
+                let mut o = [[0f32; NR]; 2];
+                dot_tile::<F, 2, NR>(wr, [arow(r), arow(r + 1)], &mut o);
+                emit(out, r, c, &o);
+                r += 2;
+            }
+            3 => {
+                let mut o = [[0f32; NR]; 3];
+                dot_tile::<F, 3, NR>(wr, [arow(r), arow(r + 1), arow(r + 2)], &mut o);
+                emit(out, r, c, &o);
+                r += 3;
+            }
+            _ => {
+                let mut o = [[0f32; NR]; 4];
+                dot_tile::<F, 4, NR>(wr, [arow(r), arow(r + 1), arow(r + 2), arow(r + 3)], &mut o);
+                emit(out, r, c, &o);
+                r += 4;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn emit<const MR: usize, const NR: usize>(out: Out, r: usize, c: usize, o: &[[f32; NR]; MR]) {
+    for (i, row) in o.iter().enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            out.put(r + i, c + j, *v);
+        }
+    }
+}
+
+unsafe fn cols_f(level: SimdLevel, w: &Weight, x: &[f32], m: usize, cols: Range<usize>, out: Out) {
+    let kind = float_kind(w.ty);
+    let k = w.k;
+    let xrow = |r: usize| &x[r * k..(r + 1) * k];
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => {
+            use crate::simd::avx2::dot_tile_f;
+            for c in cols {
+                let wr = [w.row(c)];
+                let mut r = 0;
+                while r < m {
+                    if m - r >= 4 {
+                        let mut o = [[0f32; 1]; 4];
+                        dot_tile_f::<4, 1>(kind, wr, [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)], &mut o);
+                        emit(out, r, c, &o);
+                        r += 4;
+                    } else {
+                        let mut o = [[0f32; 1]; 1];
+                        dot_tile_f::<1, 1>(kind, wr, [xrow(r)], &mut o);
+                        emit(out, r, c, &o);
+                        r += 1;
+                    }
+                }
+            }
+        }
+        _ => {
+            for c in cols {
+                let wr = w.row(c);
+                for r in 0..m {
+                    out.put(r, c, dot_f_scalar(kind, wr, xrow(r)));
+                }
+            }
+        }
+    }
+}
+
+/// Scalar reference: the same result as [`matmul`], computed one (row, column) at a time
+/// with the scalar twins. Tests compare the two bit for bit.
+pub fn matmul_reference(w: &Weight, x: &[f32], m: usize) -> Vec<f32> {
+    let k = w.k;
+    let mut y = vec![0f32; m * w.n];
+    if is_float(w.ty) {
+        let kind = float_kind(w.ty);
+        for r in 0..m {
+            for c in 0..w.n {
+                y[r * w.n + c] = dot_f_scalar(kind, w.row(c), &x[r * k..(r + 1) * k]);
+            }
+        }
+        return y;
+    }
+    let nb = k / 32;
+    let mut acts = vec![ActBlock::default(); m * nb];
+    for r in 0..m {
+        quantize_act_row(&x[r * k..(r + 1) * k], &mut acts[r * nb..(r + 1) * nb]);
+    }
+    for r in 0..m {
+        let a = &acts[r * nb..(r + 1) * nb];
+        for c in 0..w.n {
+            let wr = w.row(c);
+            y[r * w.n + c] = match w.ty {
+                GgmlType::Q4_0 => dot_q_scalar::<Q4_0>(wr, a),
+                GgmlType::Q4_1 => dot_q_scalar::<Q4_1>(wr, a),
+                GgmlType::Q5_0 => dot_q_scalar::<Q5_0>(wr, a),
+                GgmlType::Q5_1 => dot_q_scalar::<Q5_1>(wr, a),
+                GgmlType::Q8_0 => dot_q_scalar::<Q8_0>(wr, a),
+                GgmlType::Q4K => dot_q_scalar::<Q4K>(wr, a),
+                GgmlType::Q5K => dot_q_scalar::<Q5K>(wr, a),
+                GgmlType::Q6K => dot_q_scalar::<Q6K>(wr, a),
+                _ => unreachable!(),
+            };
+        }
+    }
+    y
+}

@@ -1,0 +1,226 @@
+//! Row-wise operations. Each works on one row at a time, so batching cannot
+//! change a result; reductions (dot, sum) use the fixed 8-lane order shared with
+//! their SIMD twins, and `exp` is our own polynomial so the SIMD and scalar paths
+//! agree bit for bit.
+
+use crate::quant::dot::hsum8;
+use crate::simd::{simd_level, SimdLevel};
+
+pub(crate) mod exp_consts {
+    pub const LO: f32 = -87.0;
+    pub const HI: f32 = 88.0;
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// exp(r) ≈ 1 + r + r²·P(r) on |r| ≤ ln2/2 (Cephes expf coefficients).
+    pub const P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+}
+
+/// Scalar twin of the SIMD exp: clamp, split into 2^n · e^r, polynomial, scale.
+#[inline]
+pub fn exp_scalar(x: f32) -> f32 {
+    use exp_consts::*;
+    let x = x.max(LO).min(HI);
+    let n = (x * LOG2E).round_ties_even();
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
+    let mut p = P[0];
+    for &c in &P[1..] {
+        p = p.mul_add(r, c);
+    }
+    let r2 = r * r;
+    let e = p.mul_add(r2, r) + 1.0;
+    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+pub fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
+    let k = a.len().min(b.len());
+    let full = k / 8 * 8;
+    let mut acc = [0f32; 8];
+    for c in (0..full).step_by(8) {
+        for l in 0..8 {
+            acc[l] = a[c + l].mul_add(b[c + l], acc[l]);
+        }
+    }
+    let mut r = hsum8(acc);
+    for i in full..k {
+        r = a[i].mul_add(b[i], r);
+    }
+    r
+}
+
+pub fn sum_f32_scalar(a: &[f32]) -> f32 {
+    let full = a.len() / 8 * 8;
+    let mut acc = [0f32; 8];
+    for c in (0..full).step_by(8) {
+        for l in 0..8 {
+            acc[l] += a[c + l];
+        }
+    }
+    let mut r = hsum8(acc);
+    for v in &a[full..] {
+        r += v;
+    }
+    r
+}
+
+/// Dot product (fixed order).
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    match simd_level() {
+        // SAFETY: AVX2/FMA checked by simd_level.
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::dot_f32(a, b) },
+        _ => dot_f32_scalar(a, b),
+    }
+}
+
+/// Sum (fixed order).
+#[inline]
+pub fn sum_f32(a: &[f32]) -> f32 {
+    match simd_level() {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::sum_f32(a) },
+        _ => sum_f32_scalar(a),
+    }
+}
+
+/// y += a · x (each element one fused multiply-add).
+#[inline]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    assert_eq!(y.len(), x.len());
+    match simd_level() {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::axpy(y, a, x) },
+        _ => {
+            for (yi, xi) in y.iter_mut().zip(x) {
+                *yi = a.mul_add(*xi, *yi);
+            }
+        }
+    }
+}
+
+/// x[i] = exp(x[i] - sub)
+#[inline]
+pub fn exp_sub_inplace(x: &mut [f32], sub: f32) {
+    match simd_level() {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::exp_sub_inplace(x, sub) },
+        _ => x.iter_mut().for_each(|v| *v = exp_scalar(*v - sub)),
+    }
+}
+
+/// g = silu(g) · u
+#[inline]
+pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+    assert_eq!(g.len(), u.len());
+    match simd_level() {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::silu_mul(g, u) },
+        _ => g.iter_mut().zip(u).for_each(|(gi, ui)| *gi = *gi / (1.0 + exp_scalar(-*gi)) * ui),
+    }
+}
+
+/// out = x / sqrt(mean(x²) + eps) · w
+pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ss = dot_f32(x, x);
+    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for ((o, xi), wi) in out.iter_mut().zip(x).zip(w) {
+        *o = (xi * scale) * wi;
+    }
+}
+
+/// In-place softmax of one row.
+pub fn softmax_inplace(x: &mut [f32]) {
+    let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    exp_sub_inplace(x, mx);
+    let s = sum_f32(x);
+    let inv = 1.0 / s;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// cos/sin of RoPE angles for one position: `cs[i] = (cos θ_i, sin θ_i)`,
+/// θ_i = pos · base^(-2i/dim) · 1/scale, computed in f64 then rounded.
+pub fn rope_angles(pos: usize, dim: usize, base: f32, freq_scale: f32, cs: &mut [(f32, f32)]) {
+    for (i, c) in cs.iter_mut().enumerate().take(dim / 2) {
+        let inv = (base as f64).powf(-2.0 * i as f64 / dim as f64);
+        let th = pos as f64 * inv * freq_scale as f64;
+        *c = (th.cos() as f32, th.sin() as f32);
+    }
+}
+
+/// Rotate adjacent pairs (x[2i], x[2i+1]) — llama.cpp's "normal" RoPE layout.
+pub fn rope_pairs(x: &mut [f32], cs: &[(f32, f32)]) {
+    for (i, &(c, s)) in cs.iter().enumerate() {
+        let (a, b) = (x[2 * i], x[2 * i + 1]);
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = a * s + b * c;
+    }
+}
+
+/// Rotate halves (x[i], x[i + d/2]) — the "neox" layout (Qwen2, Gemma).
+pub fn rope_halves(x: &mut [f32], cs: &[(f32, f32)]) {
+    let h = cs.len();
+    for (i, &(c, s)) in cs.iter().enumerate() {
+        let (a, b) = (x[i], x[i + h]);
+        x[i] = a * c - b * s;
+        x[i + h] = a * s + b * c;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, scale: f32) -> Vec<f32> {
+        let mut s = 0x2545F4914F6CDD1Du64;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exp_is_accurate() {
+        for x in data(10000, 80.0) {
+            let e = exp_scalar(x);
+            let want = (x as f64).exp();
+            if x > -86.0 {
+                assert!(((e as f64 - want) / want).abs() < 3e-7, "exp({x}) = {e}, want {want}");
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_ops_match_scalar_twins() {
+        if simd_level() != SimdLevel::Avx2 {
+            return;
+        }
+        for n in [1, 7, 8, 31, 64, 577] {
+            let a = data(n, 3.0);
+            let b = data(n + 1, 2.0)[1..].to_vec();
+            unsafe {
+                assert_eq!(crate::simd::avx2::dot_f32(&a, &b).to_bits(), dot_f32_scalar(&a, &b).to_bits());
+                assert_eq!(crate::simd::avx2::sum_f32(&a).to_bits(), sum_f32_scalar(&a).to_bits());
+                let mut x1 = a.clone();
+                crate::simd::avx2::exp_sub_inplace(&mut x1, 0.5);
+                let x2: Vec<f32> = a.iter().map(|v| exp_scalar(v - 0.5)).collect();
+                assert!(x1.iter().zip(&x2).all(|(p, q)| p.to_bits() == q.to_bits()));
+                let mut g1 = a.clone();
+                crate::simd::avx2::silu_mul(&mut g1, &b);
+                let g2: Vec<f32> = a.iter().zip(&b).map(|(g, u)| g / (1.0 + exp_scalar(-g)) * u).collect();
+                assert!(g1.iter().zip(&g2).all(|(p, q)| p.to_bits() == q.to_bits()));
+                let mut y1 = b.clone();
+                crate::simd::avx2::axpy(&mut y1, 0.3, &a);
+                let y2: Vec<f32> = b.iter().zip(&a).map(|(y, x)| 0.3f32.mul_add(*x, *y)).collect();
+                assert!(y1.iter().zip(&y2).all(|(p, q)| p.to_bits() == q.to_bits()));
+            }
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! AVX2 + FMA kernels.
+//!
+//! # Safety contract
+//! Every `unsafe fn` here requires that the running CPU supports AVX2, FMA and
+//! F16C (the caller checks [`super::simd_level`]). Pointer arguments must point
+//! to a whole block of the format (`F::BYTES` readable bytes); the safe wrappers
+//! in `matmul` guarantee this by slicing rows whose lengths were validated when
+//! the weight was created. All loads are unaligned loads.
+//!
+//! Each kernel mirrors its scalar twin in `quant::dot` lane for lane, so the
+//! results are bit-identical to it.
+
+use std::arch::x86_64::*;
+
+use crate::quant::dot::FloatKind;
+use crate::quant::formats::{Format, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use crate::quant::ActBlock;
+
+/// SIMD decode of sub-block `s` into 32 int8 lanes, equal to `Format::values`.
+pub(crate) trait Unpack: Format {
+    unsafe fn unpack(b: *const u8, s: usize) -> __m256i;
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibbles16(p: *const u8) -> __m256i {
+    let qs = _mm_loadu_si128(p as *const __m128i);
+    let m4 = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(qs, m4);
+    let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), m4);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Byte j = 0xFF where bit j of `x` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn bytes_from_bits32(x: u32) -> __m256i {
+    let v = _mm256_set1_epi32(x as i32);
+    let shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    let bytes = _mm256_shuffle_epi8(v, shuf);
+    let mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_or_si256(bytes, mask), _mm256_set1_epi64x(-1))
+}
+
+impl Unpack for Q4_0 {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, _s: usize) -> __m256i {
+        _mm256_sub_epi8(nibbles16(b.add(2)), _mm256_set1_epi8(8))
+    }
+}
+impl Unpack for Q4_1 {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, _s: usize) -> __m256i {
+        nibbles16(b.add(4))
+    }
+}
+impl Unpack for Q5_0 {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, _s: usize) -> __m256i {
+        let qh = (b.add(2) as *const u32).read_unaligned();
+        let hi = _mm256_and_si256(bytes_from_bits32(qh), _mm256_set1_epi8(0x10));
+        _mm256_sub_epi8(_mm256_or_si256(nibbles16(b.add(6)), hi), _mm256_set1_epi8(16))
+    }
+}
+impl Unpack for Q5_1 {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, _s: usize) -> __m256i {
+        let qh = (b.add(4) as *const u32).read_unaligned();
+        let hi = _mm256_and_si256(bytes_from_bits32(qh), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles16(b.add(8)), hi)
+    }
+}
+impl Unpack for Q8_0 {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, _s: usize) -> __m256i {
+        _mm256_loadu_si256(b.add(2) as *const __m256i)
+    }
+}
+impl Unpack for Q4K {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, s: usize) -> __m256i {
+        let q = _mm256_loadu_si256(b.add(16 + 32 * (s / 2)) as *const __m256i);
+        let sh = _mm_cvtsi32_si128((4 * (s % 2)) as i32);
+        _mm256_and_si256(_mm256_srl_epi16(q, sh), _mm256_set1_epi8(0x0F))
+    }
+}
+impl Unpack for Q5K {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, s: usize) -> __m256i {
+        let ql = _mm256_loadu_si256(b.add(48 + 32 * (s / 2)) as *const __m256i);
+        let qh = _mm256_loadu_si256(b.add(16) as *const __m256i);
+        let lo = _mm256_and_si256(
+            _mm256_srl_epi16(ql, _mm_cvtsi32_si128((4 * (s % 2)) as i32)),
+            _mm256_set1_epi8(0x0F),
+        );
+        let hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s as i32)), _mm256_set1_epi8(1));
+        _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4))
+    }
+}
+impl Unpack for Q6K {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack(b: *const u8, s: usize) -> __m256i {
+        let (n, t) = (s / 4, s % 4);
+        let ql = _mm256_loadu_si256(b.add(64 * n + 32 * (t % 2)) as *const __m256i);
+        let qh = _mm256_loadu_si256(b.add(128 + 32 * n) as *const __m256i);
+        let lo = _mm256_and_si256(
+            _mm256_srl_epi16(ql, _mm_cvtsi32_si128((4 * (t / 2)) as i32)),
+            _mm256_set1_epi8(0x0F),
+        );
+        let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128((2 * t) as i32)), _mm256_set1_epi8(3));
+        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32))
+    }
+}
+
+/// The fixed horizontal sum of `quant::dot::hsum8`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn hsum8(v: __m256) -> f32 {
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps(v, 1);
+    let t = _mm_add_ps(lo, hi); // t0..t3
+    let u = _mm_add_ps(t, _mm_movehl_ps(t, t)); // t0+t2, t1+t3
+    let r = _mm_add_ss(u, _mm_shuffle_ps(u, u, 1));
+    _mm_cvtss_f32(r)
+}
+
+/// MR activation rows × NR weight rows of format F.
+/// `w[n]` is a whole weight row (nb · F::BYTES bytes), `a[m]` a whole activation row
+/// (nb · F::SUBS blocks). Writes `out[m][n]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_tile<F: Unpack, const MR: usize, const NR: usize>(
+    w: [&[u8]; NR],
+    a: [&[ActBlock]; MR],
+    out: &mut [[f32; NR]; MR],
+) {
+    let nb = a[0].len() / F::SUBS;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+    let mut summ = [[0f32; NR]; MR];
+    for b in 0..nb {
+        for s in 0..F::SUBS {
+            for n in 0..NR {
+                let blk = w[n].get_unchecked(b * F::BYTES..(b + 1) * F::BYTES);
+                let wv = F::unpack(blk.as_ptr(), s);
+                let sc = F::scales(blk, s);
+                let wabs = if F::SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
+                let hmul = if F::HALF_SCALES {
+                    _mm256_setr_epi32(sc.h[0], sc.h[0], sc.h[0], sc.h[0], sc.h[1], sc.h[1], sc.h[1], sc.h[1])
+                } else {
+                    ones
+                };
+                for m in 0..MR {
+                    let ab = a[m].get_unchecked(b * F::SUBS + s);
+                    let av = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
+                    let p = if F::SIGNED {
+                        _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, wv))
+                    } else {
+                        _mm256_maddubs_epi16(wv, av)
+                    };
+                    let mut l = _mm256_madd_epi16(p, ones);
+                    if F::HALF_SCALES {
+                        l = _mm256_mullo_epi32(l, hmul);
+                    }
+                    acc[m][n] = _mm256_fmadd_ps(_mm256_set1_ps(sc.d * ab.d), _mm256_cvtepi32_ps(l), acc[m][n]);
+                    if F::HAS_MIN {
+                        summ[m][n] += sc.m * ab.s;
+                    }
+                }
+            }
+        }
+    }
+    for m in 0..MR {
+        for n in 0..NR {
+            out[m][n] = hsum8(acc[m][n]) + summ[m][n];
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn load8(kind: FloatKind, w: *const u8, i: usize) -> __m256 {
+    match kind {
+        FloatKind::F32 => _mm256_loadu_ps((w as *const f32).add(i)),
+        FloatKind::F16 => _mm256_cvtph_ps(_mm_loadu_si128((w as *const u16).add(i) as *const __m128i)),
+        FloatKind::BF16 => {
+            let h = _mm_loadu_si128((w as *const u16).add(i) as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+        }
+    }
+}
+
+/// MR f32 activation rows × NR float weight rows; mirrors `dot_f_scalar`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_tile_f<const MR: usize, const NR: usize>(
+    kind: FloatKind,
+    w: [&[u8]; NR],
+    x: [&[f32]; MR],
+    out: &mut [[f32; NR]; MR],
+) {
+    let k = x[0].len();
+    let full = k / 8 * 8;
+    let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+    let mut c = 0;
+    while c < full {
+        for n in 0..NR {
+            let wv = load8(kind, w[n].as_ptr(), c);
+            for m in 0..MR {
+                let xv = _mm256_loadu_ps(x[m].as_ptr().add(c));
+                acc[m][n] = _mm256_fmadd_ps(wv, xv, acc[m][n]);
+            }
+        }
+        c += 8;
+    }
+    for m in 0..MR {
+        for n in 0..NR {
+            let mut r = hsum8(acc[m][n]);
+            for i in full..k {
+                r = kind.load(w[n], i).mul_add(x[m][i], r);
+            }
+            out[m][n] = r;
+        }
+    }
+}
+
+/// f32 dot product with the 8-lane structure of `ops::dot_f32_scalar`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let k = a.len();
+    let full = k / 8 * 8;
+    let mut acc = _mm256_setzero_ps();
+    let mut c = 0;
+    while c < full {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(c)), _mm256_loadu_ps(b.as_ptr().add(c)), acc);
+        c += 8;
+    }
+    let mut r = hsum8(acc);
+    for i in full..k {
+        r = a[i].mul_add(b[i], r);
+    }
+    r
+}
+
+/// y[i] = fma(a, x[i], y[i]) for all i (exactly like the scalar loop with mul_add).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    let full = n / 8 * 8;
+    let av = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i < full {
+        let yv = _mm256_loadu_ps(y.as_ptr().add(i));
+        let r = _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(i)), yv);
+        _mm256_storeu_ps(y.as_mut_ptr().add(i), r);
+        i += 8;
+    }
+    for j in full..n {
+        y[j] = a.mul_add(x[j], y[j]);
+    }
+}
+
+/// Sum with the 8-lane structure of `ops::sum_f32_scalar`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn sum_f32(a: &[f32]) -> f32 {
+    let k = a.len();
+    let full = k / 8 * 8;
+    let mut acc = _mm256_setzero_ps();
+    let mut c = 0;
+    while c < full {
+        acc = _mm256_add_ps(acc, _mm256_loadu_ps(a.as_ptr().add(c)));
+        c += 8;
+    }
+    let mut r = hsum8(acc);
+    for v in &a[full..] {
+        r += v;
+    }
+    r
+}
+
+/// exp(x) for 8 lanes, the same operations as `ops::exp_scalar`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp8(x: __m256) -> __m256 {
+    use crate::ops::exp_consts::*;
+    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(LO)), _mm256_set1_ps(HI));
+    let n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(P[0]);
+    for &c in &P[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let r2 = _mm256_mul_ps(r, r);
+    let e = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
+    let bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    _mm256_mul_ps(e, _mm256_castsi256_ps(bits))
+}
+
+/// x[i] = exp(x[i] - sub), returns nothing; tail lanes use the scalar twin.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp_sub_inplace(x: &mut [f32], sub: f32) {
+    let n = x.len();
+    let full = n / 8 * 8;
+    let s = _mm256_set1_ps(sub);
+    let mut i = 0;
+    while i < full {
+        let v = _mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), s);
+        _mm256_storeu_ps(x.as_mut_ptr().add(i), exp8(v));
+        i += 8;
+    }
+    for v in &mut x[full..] {
+        *v = crate::ops::exp_scalar(*v - sub);
+    }
+}
+
+/// g[i] = silu(g[i]) · u[i] = g / (1 + exp(-g)) · u
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
+    let n = g.len().min(u.len());
+    let full = n / 8 * 8;
+    let one = _mm256_set1_ps(1.0);
+    let zero = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < full {
+        let gv = _mm256_loadu_ps(g.as_ptr().add(i));
+        let e = exp8(_mm256_sub_ps(zero, gv));
+        let s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(g.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(u.as_ptr().add(i))));
+        i += 8;
+    }
+    for j in full..n {
+        g[j] = g[j] / (1.0 + crate::ops::exp_scalar(-g[j])) * u[j];
+    }
+}

@@ -1,0 +1,137 @@
+//! Twin and batch-invariance properties of the matmul kernels.
+//!
+//! - SIMD result == scalar twin, bit for bit, for every format.
+//! - Row i of an M-row product == the same row computed alone, for M in 1..=16
+//!   and 1 or 2 threads (compared with `to_bits`, never a tolerance).
+
+use proptest::prelude::*;
+use tandem_gguf::GgmlType;
+use tandem_kernels::matmul::{matmul, matmul_reference, Weight};
+use tandem_kernels::ThreadPool;
+
+const TYPES: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Random but finite weight bytes: random payload, sane f16 scales.
+fn random_weight(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+    let mut data: Vec<u8> = (0..rb * n).map(|_| rng.next() as u8).collect();
+    let h = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+    let bb = ty.block_bytes();
+    for blk in data.chunks_exact_mut(bb) {
+        let s1 = h(rng.f() * 0.05);
+        let s2 = h(rng.f() * 0.05);
+        match ty {
+            GgmlType::F32 => blk.copy_from_slice(&rng.f().to_le_bytes()),
+            GgmlType::F16 => blk.copy_from_slice(&h(rng.f())),
+            GgmlType::BF16 => blk.copy_from_slice(&((rng.f().to_bits() >> 16) as u16).to_le_bytes()),
+            GgmlType::Q6K => blk[208..210].copy_from_slice(&s1),
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => blk[0..2].copy_from_slice(&s1),
+            _ => {
+                blk[0..2].copy_from_slice(&s1);
+                blk[2..4].copy_from_slice(&s2);
+            }
+        }
+    }
+    data
+}
+
+fn k_for(ty: GgmlType, units: usize) -> usize {
+    if ty.block_elems() == 256 {
+        256 * units
+    } else {
+        32 * units
+    }
+}
+
+#[test]
+fn simd_equals_scalar_twin_all_formats() {
+    let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+    let mut rng = Rng(0x9E3779B97F4A7C15);
+    for ty in TYPES {
+        for (n, units, m) in [(1, 1, 1), (7, 2, 3), (16, 3, 5), (33, 1, 9)] {
+            let k = k_for(ty, units);
+            let data = random_weight(ty, n, k, &mut rng);
+            let w = Weight::new("w", ty, n, k, &data).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+            let want = matmul_reference(&w, &x, m);
+            for pool in &pools {
+                let mut y = vec![0f32; m * n];
+                matmul(pool, &w, &x, m, &mut y);
+                for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{ty} n={n} k={k} m={m} idx={i}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dequantize_agrees_with_dot() {
+    // The integer-dot path and dequantize-then-multiply describe the same numbers.
+    let mut rng = Rng(7);
+    for ty in TYPES {
+        let k = k_for(ty, 2);
+        let data = random_weight(ty, 3, k, &mut rng);
+        let w = Weight::new("w", ty, 3, k, &data).unwrap();
+        let x: Vec<f32> = (0..k).map(|_| rng.f()).collect();
+        let y = matmul_reference(&w, &x, 1);
+        for c in 0..3 {
+            let mut row = vec![0f32; k];
+            w.row_f32(c, &mut row);
+            let exact: f64 = row.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let scale: f64 = row.iter().map(|a| a.abs() as f64).sum::<f64>() + 1e-6;
+            let err = (y[c] as f64 - exact).abs() / scale;
+            assert!(err < 0.02, "{ty}: dot {} vs dequantized {exact} (rel {err})", y[c]);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    #[test]
+    fn rows_are_batch_invariant(ty_i in 0usize..TYPES.len(), m in 1usize..=16, n in 1usize..40, units in 1usize..4, seed in any::<u64>()) {
+        let ty = TYPES[ty_i];
+        let k = k_for(ty, units);
+        let mut rng = Rng(seed | 1);
+        let data = random_weight(ty, n, k, &mut rng);
+        let w = Weight::new("w", ty, n, k, &data).unwrap();
+        let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let mut y = vec![0f32; m * n];
+            matmul(&pool, &w, &x, m, &mut y);
+            for r in 0..m {
+                let mut y1 = vec![0f32; n];
+                matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
+                for c in 0..n {
+                    prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits(), "{} threads={} m={} row={} col={}", ty, threads, m, r, c);
+                }
+            }
+        }
+    }
+}

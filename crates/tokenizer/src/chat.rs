@@ -1,0 +1,267 @@
+//! Chat templates: the Jinja template a model ships in `tokenizer.chat_template`,
+//! rendered with minijinja under the settings HF `transformers` uses.
+
+use minijinja::{context, Environment, Error, ErrorKind, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::TokenizerError;
+
+/// One chat turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Instructions one render may execute. Templates come from model files, so a
+/// hostile or broken one must fail instead of hanging; real chat templates use a
+/// few hundred instructions per message, far below this.
+const FUEL: u64 = 5_000_000;
+
+/// ChatML, for models whose GGUF carries no template.
+const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// A compiled chat template.
+#[derive(Debug, Clone)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`. The environment mirrors `transformers`'
+    /// `apply_chat_template` (and llama-cpp-python's formatter): `trim_blocks` and
+    /// `lstrip_blocks` on, Python string/dict methods available, and
+    /// `raise_exception(msg)` / `strftime_now(fmt)` defined.
+    pub fn new(source: &str) -> Result<Self, TokenizerError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_fuel(Some(FUEL));
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |fmt: String| -> Result<Value, Error> {
+            strftime_now(&fmt).map(Value::from)
+        });
+        env.add_template_owned("chat", source.to_owned())
+            .map_err(template_error)?;
+        Ok(Self { env })
+    }
+
+    /// The ChatML template (`<|im_start|>role\ncontent<|im_end|>\n`), the usual
+    /// fallback when a model has no template of its own.
+    pub fn chatml() -> Self {
+        Self::new(CHATML).expect("the built-in ChatML template compiles")
+    }
+
+    /// Renders `messages`. `bos` and `eos` are exposed as `bos_token` and
+    /// `eos_token`, which many templates emit themselves.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        bos: &str,
+        eos: &str,
+    ) -> Result<String, TokenizerError> {
+        let tmpl = self.env.get_template("chat").map_err(template_error)?;
+        tmpl.render(context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => bos,
+            eos_token => eos,
+        })
+        .map_err(template_error)
+    }
+}
+
+fn template_error(e: Error) -> TokenizerError {
+    // `{:#}` includes the template location, which is what one needs to fix it.
+    TokenizerError::Template(format!("{e:#}"))
+}
+
+/// `strftime_now(fmt)` as HF defines it (Llama 3 templates print today's date),
+/// supporting the common conversions in UTC.
+fn strftime_now(fmt: &str) -> Result<String, Error> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    strftime(fmt, secs)
+}
+
+fn strftime(fmt: &str, unix_secs: i64) -> Result<String, Error> {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let days = unix_secs.div_euclid(86_400);
+    let tod = unix_secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let weekday = DAYS[days.rem_euclid(7) as usize];
+    let month = MONTHS[(m - 1) as usize];
+
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", y.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('-') if chars.clone().next() == Some('d') => {
+                chars.next();
+                out.push_str(&d.to_string());
+            }
+            Some('b') => out.push_str(&month[..3]),
+            Some('B') => out.push_str(month),
+            Some('a') => out.push_str(&weekday[..3]),
+            Some('A') => out.push_str(weekday),
+            Some('H') => out.push_str(&format!("{:02}", tod / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", tod / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", tod % 60)),
+            Some('%') => out.push('%'),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "strftime_now: unsupported conversion %{}",
+                        other.map(String::from).unwrap_or_default()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(pairs: &[(&str, &str)]) -> Vec<ChatMessage> {
+        pairs
+            .iter()
+            .map(|(r, c)| ChatMessage::new(*r, *c))
+            .collect()
+    }
+
+    #[test]
+    fn chatml_renders() {
+        let t = ChatTemplate::chatml();
+        let out = t
+            .render(&msgs(&[("system", "S"), ("user", "Hi")]), true, "", "")
+            .unwrap();
+        assert_eq!(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+        let out = t.render(&msgs(&[("user", "Hi")]), false, "", "").unwrap();
+        assert_eq!(out, "<|im_start|>user\nHi<|im_end|>\n");
+    }
+
+    #[test]
+    fn python_methods_and_tokens() {
+        let src = "{{ bos_token }}{% for m in messages %}{{ m['content'].strip().upper() }}{% if m.role.startswith('u') %}!{% endif %}{% endfor %}{{ eos_token }}";
+        let t = ChatTemplate::new(src).unwrap();
+        assert_eq!(
+            t.render(&msgs(&[("user", "  hi ")]), false, "<s>", "</s>")
+                .unwrap(),
+            "<s>HI!</s>"
+        );
+    }
+
+    #[test]
+    fn trim_and_lstrip_blocks() {
+        let src = "{% for m in messages %}\n    {% if true %}\n{{ m.content }}\n    {% endif %}\n{% endfor %}";
+        let t = ChatTemplate::new(src).unwrap();
+        assert_eq!(
+            t.render(&msgs(&[("user", "a"), ("user", "b")]), false, "", "")
+                .unwrap(),
+            "a\nb\n"
+        );
+    }
+
+    #[test]
+    fn raise_exception_is_an_error() {
+        let t = ChatTemplate::new("{{ raise_exception('roles must alternate') }}").unwrap();
+        let e = t.render(&[], false, "", "").unwrap_err();
+        assert!(
+            matches!(&e, TokenizerError::Template(m) if m.contains("roles must alternate")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn syntax_error_is_typed() {
+        assert!(matches!(
+            ChatTemplate::new("{% for %}"),
+            Err(TokenizerError::Template(_))
+        ));
+    }
+
+    #[test]
+    fn fuel_stops_runaway_templates() {
+        let src = "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(src).unwrap();
+        let start = std::time::Instant::now();
+        let e = t.render(&[], false, "", "").unwrap_err();
+        assert!(matches!(e, TokenizerError::Template(_)));
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "fuel limit took {:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn strftime_formats() {
+        // 2024-02-29 13:05:09 UTC, a Thursday.
+        let t = 1_709_211_909;
+        assert_eq!(strftime("%d %b %Y", t).unwrap(), "29 Feb 2024");
+        assert_eq!(
+            strftime("%A %B %-d, %H:%M:%S %%", t).unwrap(),
+            "Thursday February 29, 13:05:09 %"
+        );
+        assert!(strftime("%Q", t).is_err());
+        assert_eq!(strftime("%Y-%m-%d", 0).unwrap(), "1970-01-01");
+    }
+}
