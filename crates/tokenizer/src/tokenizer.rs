@@ -483,15 +483,19 @@ impl Tokenizer {
                 special_ids.insert(new, id);
             }
         }
-        // llama.cpp scans a hash map here, so with several candidates its pick is
-        // arbitrary; we take the lowest id.
+        // llama.cpp scans a hash map here, so with several candidate texts its
+        // pick is arbitrary; we take the lowest id.
         for (key, texts) in DETECT {
             if special_ids.contains_key(key) {
                 continue;
             }
-            if let Some(id) = (0..n).find(|&i| texts.contains(&tokens[i].as_str())) {
-                special_ids.insert(key, id as u32);
-                attrs[id] |= ATTR_CONTROL;
+            if let Some(id) = texts
+                .iter()
+                .filter_map(|t| text_to_id.get(*t).copied())
+                .min()
+            {
+                special_ids.insert(key, id);
+                attrs[id as usize] |= ATTR_CONTROL;
             }
         }
 
@@ -504,19 +508,16 @@ impl Tokenizer {
         ] {
             eog.extend(special_ids.get(key));
         }
-        for (i, t) in tokens.iter().enumerate() {
-            if EOG_TEXTS.contains(&t.as_str()) {
-                eog.push(i as u32);
-                attrs[i] |= ATTR_CONTROL;
-            }
+        // Looked up through `text_to_id` as llama.cpp does, so with duplicate
+        // texts only the last id counts.
+        for &i in EOG_TEXTS.iter().filter_map(|t| text_to_id.get(*t)) {
+            eog.push(i);
+            attrs[i as usize] |= ATTR_CONTROL;
         }
         // gpt-oss: these must always render.
-        for (i, t) in tokens.iter().enumerate() {
-            if matches!(
-                t.as_str(),
-                "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
-            ) {
-                attrs[i] = ATTR_USER_DEFINED;
+        for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+            if let Some(&i) = text_to_id.get(t) {
+                attrs[i as usize] = ATTR_USER_DEFINED;
             }
         }
         for key in [
