@@ -124,6 +124,19 @@ pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &
     for (w, y) in ws.iter().zip(ys.iter()) {
         assert_eq!(y.len(), m * w.n, "matmul: Y is not M×N");
     }
+    if debug_exact() {
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            let mut row = vec![0f32; k];
+            for c in 0..w.n {
+                w.row_f32(c, &mut row);
+                for r in 0..m {
+                    let xr = &x[r * k..(r + 1) * k];
+                    y[r * w.n + c] = row.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() as f32;
+                }
+            }
+        }
+        return;
+    }
     let any_q = ws.iter().any(|w| !is_float(w.ty));
     ACTS.with(|cell| {
         let mut acts = cell.borrow_mut();
@@ -331,4 +344,9 @@ pub fn matmul_reference(w: &Weight, x: &[f32], m: usize) -> Vec<f32> {
         }
     }
     y
+}
+
+fn debug_exact() -> bool {
+    static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *F.get_or_init(|| std::env::var("TANDEM_DEBUG_EXACT_MATMUL").is_ok())
 }

@@ -1,1 +1,20 @@
-//! tandem-model
+//! Models: configuration from GGUF metadata, weights borrowed from the map,
+//! a batched forward pass and a truncatable KV cache.
+//!
+//! One [`Model::forward`] call evaluates a batch of consecutive positions and
+//! returns logits for the rows asked for and hidden states at the layers asked
+//! for. Because every kernel is batch-invariant, a row's results do not depend
+//! on how many positions were evaluated with it: speculative verification can
+//! use them directly and roll back by truncating the cache.
+
+mod config;
+mod error;
+mod kv;
+mod llama;
+mod weights;
+
+pub use config::{Config, RopeStyle};
+pub use error::ModelError;
+pub use kv::{KvCache, KvSnapshot};
+pub use llama::{ForwardOutput, HiddenTap, LogitRows, Model};
+pub use weights::WeightRef;

@@ -1,0 +1,109 @@
+/// Per-layer key/value rows for positions `0..len`, f32, laid out
+/// `[position][kv_head][head_dim]`. Memory grows with use, in steps of
+/// [`KvCache::GROW`] positions, up to the context size.
+///
+/// Rolling back is truncation: rows past the new length are simply forgotten.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    n_layer: usize,
+    kv_dim: usize,
+    ctx: usize,
+    len: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+/// A saved cache state (the rows up to its length).
+#[derive(Debug, Clone)]
+pub struct KvSnapshot {
+    len: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl KvSnapshot {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl KvCache {
+    pub const GROW: usize = 256;
+
+    pub fn new(n_layer: usize, kv_dim: usize, ctx: usize) -> Self {
+        KvCache { n_layer, kv_dim, ctx, len: 0, k: vec![Vec::new(); n_layer], v: vec![Vec::new(); n_layer] }
+    }
+
+    /// Positions currently held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Maximum positions (the context size).
+    pub fn ctx(&self) -> usize {
+        self.ctx
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.kv_dim
+    }
+    pub fn n_layer(&self) -> usize {
+        self.n_layer
+    }
+
+    /// Bytes of K/V data currently in use.
+    pub fn bytes_used(&self) -> usize {
+        2 * self.n_layer * self.len * self.kv_dim * 4
+    }
+
+    /// Forget everything at positions ≥ `len`.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            self.len = len;
+            for l in 0..self.n_layer {
+                self.k[l].truncate(len * self.kv_dim);
+                self.v[l].truncate(len * self.kv_dim);
+            }
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    pub fn snapshot(&self) -> KvSnapshot {
+        KvSnapshot { len: self.len, k: self.k.clone(), v: self.v.clone() }
+    }
+
+    pub fn restore(&mut self, s: &KvSnapshot) {
+        self.len = s.len;
+        self.k.clone_from(&s.k);
+        self.v.clone_from(&s.v);
+    }
+
+    /// Append K and V rows of one layer for `m` new positions (called once per
+    /// layer during a forward pass; `commit` then advances the length).
+    pub(crate) fn push_layer(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        for (buf, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
+            let need = buf.len() + src.len();
+            if need > buf.capacity() {
+                let want_pos = (need / self.kv_dim).div_ceil(Self::GROW) * Self::GROW;
+                let want = want_pos.min(self.ctx).max(need / self.kv_dim) * self.kv_dim;
+                buf.reserve_exact(want - buf.len());
+            }
+            buf.extend_from_slice(src);
+        }
+    }
+
+    pub(crate) fn commit(&mut self, m: usize) {
+        self.len += m;
+    }
+
+    pub(crate) fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+        (&self.k[layer], &self.v[layer])
+    }
+}

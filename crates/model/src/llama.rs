@@ -1,0 +1,378 @@
+//! The llama-family forward pass (SmolLM2, Llama-3, Mistral, Qwen2).
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use tandem_gguf::Gguf;
+use tandem_kernels::matmul::{matmul, matmul_many};
+use tandem_kernels::ops;
+use tandem_kernels::pool::split_range;
+use tandem_kernels::ThreadPool;
+
+use crate::config::{Config, RopeStyle};
+use crate::kv::KvCache;
+use crate::weights::{load_opt_vec, load_vec, WeightRef};
+use crate::ModelError;
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: WeightRef,
+    wk: WeightRef,
+    wv: WeightRef,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    wo: WeightRef,
+    ffn_norm: Vec<f32>,
+    w_gate: WeightRef,
+    w_up: WeightRef,
+    w_down: WeightRef,
+}
+
+/// A loaded model. Weights stay in the GGUF map; only norms and biases are copied.
+pub struct Model {
+    pub cfg: Config,
+    gguf: Arc<Gguf>,
+    tok_embd: WeightRef,
+    output: WeightRef,
+    output_norm: Vec<f32>,
+    layers: Vec<Layer>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("cfg", &self.cfg).finish()
+    }
+}
+
+/// Which rows of the batch get logits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogitRows {
+    None,
+    Last,
+    All,
+    /// These row indices (within the batch), in this order.
+    Rows(Vec<usize>),
+}
+
+/// Where to capture hidden states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HiddenTap {
+    /// The residual stream after block `l` (0-based).
+    Layer(usize),
+    /// After the final norm (what the output head sees).
+    Final,
+}
+
+/// Results of one forward call.
+#[derive(Debug, Default, Clone)]
+pub struct ForwardOutput {
+    /// Batch rows that have logits, in order.
+    pub rows: Vec<usize>,
+    /// `rows.len() × vocab` logits.
+    pub logits: Vec<f32>,
+    /// One `m × d_model` matrix per requested tap, in request order.
+    pub hidden: Vec<Vec<f32>>,
+}
+
+impl ForwardOutput {
+    pub fn logits_row(&self, i: usize) -> &[f32] {
+        let v = self.logits.len() / self.rows.len().max(1);
+        &self.logits[i * v..(i + 1) * v]
+    }
+}
+
+/// Scratch buffers reused across calls on the same thread.
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    cs: Vec<(f32, f32)>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn resize(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.resize(n, 0.0);
+    &mut v[..n]
+}
+
+impl Model {
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<Self, ModelError> {
+        Self::from_gguf(Arc::new(Gguf::open(path)?))
+    }
+
+    pub fn from_gguf(g: Arc<Gguf>) -> Result<Self, ModelError> {
+        let cfg = Config::from_gguf(&g)?;
+        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+        let tok_embd = WeightRef::load(&g, "token_embd.weight", d, cfg.vocab)?;
+        let output = if g.tensor_info("output.weight").is_some() {
+            WeightRef::load(&g, "output.weight", d, cfg.vocab)?
+        } else {
+            tok_embd.clone()
+        };
+        let output_norm = load_vec(&g, "output_norm.weight", d)?;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            layers.push(Layer {
+                attn_norm: load_vec(&g, &n("attn_norm.weight"), d)?,
+                wq: WeightRef::load(&g, &n("attn_q.weight"), d, qd)?,
+                wk: WeightRef::load(&g, &n("attn_k.weight"), d, kvd)?,
+                wv: WeightRef::load(&g, &n("attn_v.weight"), d, kvd)?,
+                bq: load_opt_vec(&g, &n("attn_q.bias"), qd)?,
+                bk: load_opt_vec(&g, &n("attn_k.bias"), kvd)?,
+                bv: load_opt_vec(&g, &n("attn_v.bias"), kvd)?,
+                wo: WeightRef::load(&g, &n("attn_output.weight"), qd, d)?,
+                ffn_norm: load_vec(&g, &n("ffn_norm.weight"), d)?,
+                w_gate: WeightRef::load(&g, &n("ffn_gate.weight"), d, f)?,
+                w_up: WeightRef::load(&g, &n("ffn_up.weight"), d, f)?,
+                w_down: WeightRef::load(&g, &n("ffn_down.weight"), f, d)?,
+            });
+        }
+        Ok(Model { cfg, gguf: g, tok_embd, output, output_norm, layers })
+    }
+
+    pub fn gguf(&self) -> &Arc<Gguf> {
+        &self.gguf
+    }
+
+    /// A fresh KV cache for up to `ctx` positions (clamped to the training context).
+    pub fn new_cache(&self, ctx: usize) -> KvCache {
+        KvCache::new(self.cfg.n_layer, self.cfg.kv_dim(), ctx.clamp(1, self.cfg.ctx_train.max(1)))
+    }
+
+    /// Token embedding row (dequantized).
+    pub fn embed(&self, token: u32, out: &mut [f32]) -> Result<(), ModelError> {
+        if token as usize >= self.cfg.vocab {
+            return Err(ModelError::BadToken { id: token, vocab: self.cfg.vocab });
+        }
+        self.tok_embd.view(&self.gguf).row_f32(token as usize, out);
+        Ok(())
+    }
+
+    /// The output head applied to `m` rows that are already final-normed.
+    pub fn lm_head(&self, pool: &ThreadPool, x: &[f32], m: usize, logits: &mut Vec<f32>) {
+        logits.resize(m * self.cfg.vocab, 0.0);
+        matmul(pool, &self.output.view(&self.gguf), x, m, logits);
+    }
+
+    /// The final norm of one row.
+    pub fn final_norm(&self, x: &[f32], out: &mut [f32]) {
+        ops::rmsnorm(x, &self.output_norm, self.cfg.eps, out);
+    }
+
+    /// Evaluate `tokens` at positions `cache.len()..`, append their K/V rows to
+    /// the cache, and fill `out` with the logits and hidden states asked for.
+    pub fn forward(
+        &self,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        rows: &LogitRows,
+        taps: &[HiddenTap],
+        out: &mut ForwardOutput,
+    ) -> Result<(), ModelError> {
+        let cfg = &self.cfg;
+        let m = tokens.len();
+        if cache.len() + m > cache.ctx() {
+            return Err(ModelError::ContextFull { have: cache.len(), add: m, ctx: cache.ctx() });
+        }
+        for &t in tokens {
+            if t as usize >= cfg.vocab {
+                return Err(ModelError::BadToken { id: t, vocab: cfg.vocab });
+            }
+        }
+        for tap in taps {
+            if let HiddenTap::Layer(l) = *tap {
+                if l >= cfg.n_layer {
+                    return Err(ModelError::BadTap { layer: l, n_layer: cfg.n_layer });
+                }
+            }
+        }
+        let logit_rows: Vec<usize> = match rows {
+            LogitRows::None => vec![],
+            LogitRows::Last => {
+                if m > 0 {
+                    vec![m - 1]
+                } else {
+                    vec![]
+                }
+            }
+            LogitRows::All => (0..m).collect(),
+            LogitRows::Rows(r) => r.clone(),
+        };
+        if let Some(&r) = logit_rows.iter().find(|&&r| r >= m) {
+            return Err(ModelError::BadRow { row: r, m });
+        }
+        out.rows = logit_rows;
+        out.hidden.clear();
+        out.hidden.resize(taps.len(), Vec::new());
+        if m == 0 {
+            out.logits.clear();
+            return Ok(());
+        }
+        let g = &*self.gguf;
+        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+        let hd = cfg.head_dim;
+        let p0 = cache.len();
+
+        SCRATCH.with(|s| {
+            let s = &mut *s.borrow_mut();
+            // embeddings
+            let x = resize(&mut s.x, m * d);
+            let emb = self.tok_embd.view(g);
+            for (i, &t) in tokens.iter().enumerate() {
+                emb.row_f32(t as usize, &mut x[i * d..(i + 1) * d]);
+            }
+            // RoPE angles per row
+            let half = cfg.rope_dim / 2;
+            s.cs.resize(m * half, (0.0, 0.0));
+            for i in 0..m {
+                ops::rope_angles(p0 + i, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+            }
+
+            for (li, ly) in self.layers.iter().enumerate() {
+                // --- attention ---
+                let h = resize(&mut s.h, m * d);
+                for i in 0..m {
+                    ops::rmsnorm(&s.x[i * d..(i + 1) * d], &ly.attn_norm, cfg.eps, &mut h[i * d..(i + 1) * d]);
+                }
+                let q = resize(&mut s.q, m * qd);
+                let k = resize(&mut s.k, m * kvd);
+                let v = resize(&mut s.v, m * kvd);
+                matmul_many(pool, &[&ly.wq.view(g), &ly.wk.view(g), &ly.wv.view(g)], h, m, &mut [q, k, v]);
+                for (buf, bias, width) in [(&mut s.q, &ly.bq, qd), (&mut s.k, &ly.bk, kvd), (&mut s.v, &ly.bv, kvd)] {
+                    if let Some(b) = bias {
+                        for row in buf[..m * width].chunks_exact_mut(width) {
+                            row.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+                        }
+                    }
+                }
+                for i in 0..m {
+                    let cs = &s.cs[i * half..(i + 1) * half];
+                    for hq in s.q[i * qd..(i + 1) * qd].chunks_exact_mut(hd) {
+                        rope(cfg.rope_style, &mut hq[..cfg.rope_dim], cs);
+                    }
+                    for hk in s.k[i * kvd..(i + 1) * kvd].chunks_exact_mut(hd) {
+                        rope(cfg.rope_style, &mut hk[..cfg.rope_dim], cs);
+                    }
+                }
+                cache.push_layer(li, &s.k[..m * kvd], &s.v[..m * kvd]);
+                let att = resize(&mut s.att, m * qd);
+                attention(pool, cfg, cache, li, p0, m, &s.q[..m * qd], att);
+                let o = resize(&mut s.o, m * d);
+                matmul(pool, &ly.wo.view(g), att, m, o);
+                s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+
+                // --- feed-forward ---
+                let h = resize(&mut s.h, m * d);
+                for i in 0..m {
+                    ops::rmsnorm(&s.x[i * d..(i + 1) * d], &ly.ffn_norm, cfg.eps, &mut h[i * d..(i + 1) * d]);
+                }
+                let gt = resize(&mut s.g, m * f);
+                let up = resize(&mut s.u, m * f);
+                matmul_many(pool, &[&ly.w_gate.view(g), &ly.w_up.view(g)], h, m, &mut [gt, up]);
+                ops::silu_mul(&mut s.g[..m * f], &s.u[..m * f]);
+                let o = resize(&mut s.o, m * d);
+                matmul(pool, &ly.w_down.view(g), &s.g[..m * f], m, o);
+                s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+
+                for (ti, tap) in taps.iter().enumerate() {
+                    if *tap == HiddenTap::Layer(li) {
+                        out.hidden[ti] = s.x[..m * d].to_vec();
+                    }
+                }
+            }
+            cache.commit(m);
+
+            // final norm: only for rows that need it
+            let need_final = taps.contains(&HiddenTap::Final);
+            let h = resize(&mut s.h, m * d);
+            for i in 0..m {
+                if need_final || out.rows.contains(&i) {
+                    self.final_norm(&s.x[i * d..(i + 1) * d], &mut h[i * d..(i + 1) * d]);
+                }
+            }
+            for (ti, tap) in taps.iter().enumerate() {
+                if *tap == HiddenTap::Final {
+                    out.hidden[ti] = h.to_vec();
+                }
+            }
+            let nr = out.rows.len();
+            if nr > 0 {
+                let sel = resize(&mut s.o, nr * d);
+                for (j, &r) in out.rows.iter().enumerate() {
+                    sel[j * d..(j + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
+                }
+                out.logits.resize(nr * cfg.vocab, 0.0);
+                matmul(pool, &self.output.view(g), &s.o[..nr * d], nr, &mut out.logits);
+            } else {
+                out.logits.clear();
+            }
+        });
+        Ok(())
+    }
+}
+
+fn rope(style: RopeStyle, x: &mut [f32], cs: &[(f32, f32)]) {
+    match style {
+        RopeStyle::Pairs => ops::rope_pairs(x, cs),
+        RopeStyle::Halves => ops::rope_halves(x, cs),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each (row, head) unit writes only its own head_dim slice.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// Causal attention of `m` query rows at positions `p0..p0+m` over the cache.
+/// Each (row, head) is one unit of work; its result depends only on its own
+/// query and the cache rows up to its position.
+#[allow(clippy::too_many_arguments)]
+fn attention(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize, p0: usize, m: usize, q: &[f32], out: &mut [f32]) {
+    let (kc, vc) = cache.layer(layer);
+    let hd = cfg.head_dim;
+    let kvd = cfg.kv_dim();
+    let qd = cfg.q_dim();
+    let group = cfg.n_head / cfg.n_kv_head;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let units = m * cfg.n_head;
+    let optr = OutPtr(out.as_mut_ptr());
+    pool.run(|t, nt| {
+        let optr = optr;
+        SCORES.with(|sc| {
+            let mut sc = sc.borrow_mut();
+            for u in split_range(units, nt, t, 1) {
+                let (i, h) = (u / cfg.n_head, u % cfg.n_head);
+                let kvh = h / group;
+                let n_ctx = p0 + i + 1;
+                let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
+                sc.resize(n_ctx, 0.0);
+                for (j, s) in sc.iter_mut().enumerate() {
+                    let kj = &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
+                    *s = ops::dot_f32(qh, kj) * scale;
+                }
+                ops::softmax_inplace(&mut sc[..n_ctx]);
+                // SAFETY: unit u owns out[i*qd + h*hd .. +hd].
+                let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(i * qd + h * hd), hd) };
+                o.iter_mut().for_each(|v| *v = 0.0);
+                for (j, &p) in sc[..n_ctx].iter().enumerate() {
+                    ops::axpy(o, p, &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]);
+                }
+            }
+        });
+    });
+}

@@ -1,0 +1,57 @@
+use tandem_gguf::{GgmlType, Gguf};
+use tandem_kernels::matmul::Weight;
+
+use crate::ModelError;
+
+/// A weight matrix located inside the GGUF map (no copy). Turned into a
+/// borrowed [`Weight`] view at use.
+#[derive(Debug, Clone)]
+pub struct WeightRef {
+    pub name: String,
+    pub ty: GgmlType,
+    /// Output features (rows).
+    pub n: usize,
+    /// Input features (row length).
+    pub k: usize,
+    start: usize,
+    len: usize,
+}
+
+impl WeightRef {
+    /// Look up a 2-D tensor `[k, n]` (ggml order) and check its shape.
+    pub fn load(g: &Gguf, name: &str, k: usize, n: usize) -> Result<Self, ModelError> {
+        let (t, data) = g.tensor(name)?;
+        let want = vec![k as u64, n as u64];
+        if t.dims != want {
+            return Err(ModelError::BadShape { name: name.into(), got: t.dims.clone(), want });
+        }
+        // validate once; views are rebuilt cheaply later
+        Weight::new(name, t.ty, n, k, data)?;
+        let start = data.as_ptr() as usize - g.bytes().as_ptr() as usize;
+        Ok(WeightRef { name: name.into(), ty: t.ty, n, k, start, len: data.len() })
+    }
+
+    #[inline]
+    pub fn view<'a>(&self, g: &'a Gguf) -> Weight<'a> {
+        Weight::new(&self.name, self.ty, self.n, self.k, &g.bytes()[self.start..self.start + self.len])
+            .expect("validated at load")
+    }
+}
+
+/// A 1-D f32 vector (norm weights, biases), dequantized at load.
+pub fn load_vec(g: &Gguf, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
+    let (t, data) = g.tensor(name)?;
+    if t.dims != [n as u64] {
+        return Err(ModelError::BadShape { name: name.into(), got: t.dims.clone(), want: vec![n as u64] });
+    }
+    let mut v = vec![0f32; n];
+    tandem_kernels::quant::dequantize_row(t.ty, data, &mut v);
+    Ok(v)
+}
+
+pub fn load_opt_vec(g: &Gguf, name: &str, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
+    if g.tensor_info(name).is_none() {
+        return Ok(None);
+    }
+    load_vec(g, name, n).map(Some)
+}
