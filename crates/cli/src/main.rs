@@ -1,1 +1,74 @@
-fn main() {}
+//! `tandem`: run, chat, inspect, benchmark and measure models.
+//!
+//! stdout carries only generated text (so it can be piped); everything else —
+//! load messages, statistics, progress — goes to stderr.
+
+mod args;
+mod bench;
+mod chat;
+mod inspect;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
+use tandem_engine::Engine;
+
+use args::{Cli, Cmd, ModelArgs};
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TANDEM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if cli.run.verbose { "info" } else { "warn" }));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        None => chat::run(&cli.run),
+        Some(Cmd::Inspect { file, all }) => inspect::run(&file, all),
+        Some(Cmd::Bench(b)) => bench::run(&b),
+        Some(Cmd::Perplexity(p)) => bench::perplexity_cmd(&p),
+        Some(Cmd::Fetch) => {
+            let p = ensure_model(&DEFAULT_MODEL, &models_dir(), true)?;
+            eprintln!("model ready: {}", p.display());
+            Ok(())
+        }
+    }
+}
+
+/// The model file to use: `-m FILE`, or the default model (fetched on first use).
+pub fn model_path(m: &ModelArgs) -> Result<PathBuf> {
+    match &m.model {
+        Some(p) => {
+            anyhow::ensure!(p.exists(), "model file not found: {}", p.display());
+            Ok(p.clone())
+        }
+        None => ensure_model(&DEFAULT_MODEL, &models_dir(), true).context("fetching the default model"),
+    }
+}
+
+pub fn load_engine(m: &ModelArgs) -> Result<Arc<Engine>> {
+    let path = model_path(m)?;
+    let t0 = std::time::Instant::now();
+    let threads = m.threads.unwrap_or_else(tandem_kernels::pool::physical_cores);
+    let engine = Engine::load(&path, threads).with_context(|| format!("loading {}", path.display()))?;
+    let cfg = &engine.model.cfg;
+    eprintln!(
+        "loaded {} ({} layers, width {}, vocab {}) in {:.0} ms; {} threads, SIMD {:?}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        cfg.n_layer,
+        cfg.d_model,
+        cfg.vocab,
+        t0.elapsed().as_secs_f64() * 1e3,
+        threads,
+        tandem_kernels::simd_level()
+    );
+    Ok(Arc::new(engine))
+}

@@ -1,0 +1,242 @@
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tandem_kernels::ThreadPool;
+use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
+use tandem_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
+
+use crate::sampling::{Sampler, SamplerParams};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Gguf(#[from] tandem_gguf::GgufError),
+    #[error("prompt of {prompt} tokens does not fit the context of {ctx} tokens")]
+    PromptTooLong { prompt: usize, ctx: usize },
+    #[error("empty prompt")]
+    EmptyPrompt,
+}
+
+/// A model ready to run: weights, tokenizer, chat template and worker pool.
+pub struct Engine {
+    pub model: Arc<Model>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: ChatTemplate,
+    pub pool: Arc<ThreadPool>,
+}
+
+impl Engine {
+    pub fn load(path: impl AsRef<std::path::Path>, threads: usize) -> Result<Self, EngineError> {
+        let gguf = Arc::new(tandem_gguf::Gguf::open(path)?);
+        let model = Arc::new(Model::from_gguf(gguf.clone())?);
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
+        let template = match tokenizer.chat_template() {
+            Some(src) => ChatTemplate::new(src)?,
+            None => ChatTemplate::chatml(),
+        };
+        Ok(Engine { model, tokenizer, template, pool: Arc::new(ThreadPool::new(threads)) })
+    }
+
+    /// Render a conversation with the model's template (generation prompt added).
+    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
+        let t = &self.tokenizer;
+        let bos = t.bos_id().map(|i| t.token_str(i).to_string()).unwrap_or_default();
+        let eos = t.eos_id().map(|i| t.token_str(i).to_string()).unwrap_or_default();
+        Ok(self.template.render(messages, true, &bos, &eos)?)
+    }
+
+    /// Tokenize a prompt: special tokens are parsed, BOS added if the model wants it.
+    pub fn tokenize_prompt(&self, text: &str) -> Vec<u32> {
+        let mut ids = Vec::new();
+        if self.tokenizer.add_bos() {
+            if let Some(b) = self.tokenizer.bos_id() {
+                if !text.starts_with(self.tokenizer.token_str(b)) {
+                    ids.push(b);
+                }
+            }
+        }
+        ids.extend(self.tokenizer.encode(text, true));
+        ids
+    }
+
+    pub fn new_session(self: &Arc<Self>, ctx: usize) -> Session {
+        Session::new(self.clone(), ctx)
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// End-of-generation token.
+    Eog,
+    /// `max_tokens` reached.
+    Length,
+    /// The context is full.
+    Context,
+    /// Cancelled by the caller (Ctrl-C, client gone).
+    Cancelled,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenParams {
+    pub max_tokens: usize,
+    pub sampler: SamplerParams,
+}
+
+/// Timings and counts of one generation.
+#[derive(Debug, Clone, Default)]
+pub struct GenStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens actually evaluated (the rest were reused from the cache).
+    pub prefill_tokens: usize,
+    pub prefill_time: Duration,
+    pub gen_tokens: usize,
+    pub decode_time: Duration,
+    pub stop: Option<StopReason>,
+}
+
+impl GenStats {
+    pub fn prefill_tps(&self) -> f64 {
+        self.prefill_tokens as f64 / self.prefill_time.as_secs_f64().max(1e-9)
+    }
+    pub fn decode_tps(&self) -> f64 {
+        // the first generated token comes from the prefill logits; decode steps = gen - 1
+        let steps = self.gen_tokens.saturating_sub(1);
+        steps as f64 / self.decode_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// One conversation's state: a KV cache, the tokens it holds, the last logits.
+pub struct Session {
+    pub engine: Arc<Engine>,
+    pub cache: KvCache,
+    /// Tokens whose K/V rows are in the cache.
+    pub tokens: Vec<u32>,
+    out: ForwardOutput,
+    /// Logits after the last token in `tokens`.
+    logits: Vec<f32>,
+}
+
+/// Prompts are evaluated in chunks of this many positions.
+pub const PREFILL_CHUNK: usize = 256;
+
+impl Session {
+    pub fn new(engine: Arc<Engine>, ctx: usize) -> Self {
+        let cache = engine.model.new_cache(ctx);
+        Session { engine, cache, tokens: Vec::new(), out: ForwardOutput::default(), logits: Vec::new() }
+    }
+
+    pub fn ctx(&self) -> usize {
+        self.cache.ctx()
+    }
+
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    pub fn reset(&mut self) {
+        self.cache.clear();
+        self.tokens.clear();
+        self.logits.clear();
+    }
+
+    /// Drop everything after the first `n` tokens (logits become stale: the
+    /// caller must evaluate at least one more token before sampling).
+    pub fn truncate(&mut self, n: usize) {
+        self.cache.truncate(n);
+        self.tokens.truncate(n);
+        self.logits.clear();
+    }
+
+    /// Evaluate `tokens` after what is cached; keep the last row's logits.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<(), EngineError> {
+        let e = self.engine.clone();
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            e.model.forward(&e.pool, &mut self.cache, chunk, &LogitRows::Last, &[], &mut self.out)?;
+            self.tokens.extend_from_slice(chunk);
+        }
+        if !tokens.is_empty() {
+            self.logits.clear();
+            self.logits.extend_from_slice(self.out.logits_row(0));
+        }
+        Ok(())
+    }
+
+    /// Make the cache hold exactly `prompt`, reusing the longest common prefix.
+    /// Returns how many tokens were reused.
+    pub fn sync(&mut self, prompt: &[u32]) -> Result<usize, EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() > self.ctx() {
+            return Err(EngineError::PromptTooLong { prompt: prompt.len(), ctx: self.ctx() });
+        }
+        let mut common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        // at least one token must be evaluated to have fresh logits
+        if common == prompt.len() {
+            if common == self.tokens.len() && !self.logits.is_empty() {
+                return Ok(common);
+            }
+            common -= 1;
+        }
+        self.truncate(common);
+        self.feed(&prompt[common..])?;
+        Ok(common)
+    }
+
+    /// Generate after `prompt`. `on_token(id, text)` receives each token with its
+    /// decoded text (never half a UTF-8 character); it returns false to stop.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        cancel: Option<&AtomicBool>,
+        mut on_token: impl FnMut(u32, &str) -> bool,
+    ) -> Result<GenStats, EngineError> {
+        let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
+        let t0 = Instant::now();
+        let reused = self.sync(prompt)?;
+        stats.prefill_tokens = prompt.len() - reused;
+        stats.prefill_time = t0.elapsed();
+        let mut sampler = Sampler::new(params.sampler.clone());
+        let mut dec = StreamDecoder::new();
+        let tok = self.engine.tokenizer.clone();
+        let t1 = Instant::now();
+        let stop = loop {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                break StopReason::Cancelled;
+            }
+            if stats.gen_tokens >= params.max_tokens {
+                break StopReason::Length;
+            }
+            let next = sampler.sample(&self.logits);
+            stats.gen_tokens += 1;
+            if tok.is_eog(next) {
+                break StopReason::Eog;
+            }
+            let text = dec.push(&tok, next);
+            if !on_token(next, &text) {
+                break StopReason::Cancelled;
+            }
+            if stats.gen_tokens >= params.max_tokens {
+                break StopReason::Length;
+            }
+            if self.tokens.len() >= self.ctx() {
+                break StopReason::Context;
+            }
+            self.feed(&[next])?;
+        };
+        let rest = dec.flush();
+        if !rest.is_empty() {
+            on_token(u32::MAX, &rest);
+        }
+        stats.decode_time = t1.elapsed();
+        stats.stop = Some(stop);
+        Ok(stats)
+    }
+}
