@@ -12,6 +12,7 @@ mod error;
 mod kv;
 mod llama;
 mod weights;
+pub mod synthetic;
 
 pub use config::{Config, RopeStyle};
 pub use error::ModelError;
