@@ -32,14 +32,21 @@ pub fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
             amax = amax.max(v.abs());
         }
         let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in blk.qs.iter_mut().zip(xs) {
             let r = (v * id).round_ties_even().clamp(-127.0, 127.0) as i32;
             *q = r as i8;
             sum += r;
         }
-        blk.d = d;
-        blk.s = d * sum as f32;
+        // Scales are kept at f16 precision, as llama.cpp stores them, so our
+        // numbers track the reference engine's as closely as the formats allow.
+        blk.d = round_f16(d);
+        blk.s = round_f16(d * sum as f32);
     }
+}
+
+#[inline]
+fn round_f16(v: f32) -> f32 {
+    half::f16::from_f32(v).to_f32()
 }

@@ -1,0 +1,41 @@
+#![allow(dead_code)]
+//! Shared helpers for tests that run the default model.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
+use tandem_engine::Engine;
+
+/// ../shared relative to the repository root.
+pub fn shared_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+}
+
+/// The default model, fetched on first use (tests work on a fresh machine).
+pub fn model_path() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| ensure_model(&DEFAULT_MODEL, &models_dir(), false).expect("fetch the default model")).clone()
+}
+
+pub fn engine(threads: usize) -> Arc<Engine> {
+    Arc::new(Engine::load(model_path(), threads).expect("load default model"))
+}
+
+pub fn read_jsonl(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v.get("_about").is_none())
+        .collect()
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+pub fn slow_tests() -> bool {
+    std::env::var("TANDEM_SLOW_TESTS").map(|v| v == "1").unwrap_or(false)
+}
