@@ -35,15 +35,24 @@ fn params(a: &RunArgs) -> GenParams {
     }
 }
 
+/// Peak resident set size of this process in MiB (Linux; None elsewhere).
+pub fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
 fn print_stats(s: &GenStats) {
+    let rss = peak_rss_mib().map(|m| format!(", peak RSS: {m:.1} MiB")).unwrap_or_default();
     eprintln!(
-        "\n[prompt tokens: {} ({} evaluated), prefill: {:.1} tok/s, generated tokens: {}, decode: {:.1} tok/s, stop: {:?}]",
+        "\n[prompt tokens: {} ({} evaluated), prefill: {:.1} tok/s, generated tokens: {}, decode: {:.1} tok/s, stop: {:?}{rss}]",
         s.prompt_tokens,
         s.prefill_tokens,
         s.prefill_tps(),
         s.gen_tokens,
         s.decode_tps(),
-        s.stop.unwrap()
+        s.stop.unwrap(),
     );
 }
 

@@ -1,0 +1,105 @@
+//! End-to-end tests of the `tandem` binary on the default model.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn tandem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+fn run_ok(args: &[&str]) -> (String, String) {
+    let out = tandem().args(args).output().expect("run tandem");
+    let (so, se) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "tandem {args:?} failed:\n{se}");
+    (so, se)
+}
+
+#[test]
+fn one_shot_greedy_is_deterministic_and_stdout_is_only_text() {
+    let args = ["-p", "Name three colors.", "-n", "24", "--temp", "0", "-t", "2"];
+    let (a, err) = run_ok(&args);
+    let (b, _) = run_ok(&args);
+    assert_eq!(a, b);
+    assert!(!a.trim().is_empty());
+    assert!(!a.contains("prompt tokens"), "stats must go to stderr");
+    assert!(err.contains("prompt tokens:") && err.contains("decode:") && err.contains("tok/s"), "{err}");
+}
+
+#[test]
+fn seed_makes_sampling_reproducible() {
+    let args = ["-p", "Write one sentence about cats.", "-n", "20", "--temp", "1.0", "--seed", "99"];
+    assert_eq!(run_ok(&args).0, run_ok(&args).0);
+}
+
+#[test]
+fn peak_rss_within_model_size_plus_64mib_at_ctx_512() {
+    let (_, err) = run_ok(&["-p", "Tell me a long story about a lighthouse keeper.", "-n", "460", "--ctx", "512", "--temp", "0"]);
+    let rss: f64 = err
+        .split("peak RSS: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .expect("peak RSS in stats line");
+    let model = tandem_engine::fetch::ensure_model(
+        &tandem_engine::fetch::DEFAULT_MODEL,
+        &tandem_engine::fetch::models_dir(),
+        false,
+    )
+    .unwrap();
+    let size = std::fs::metadata(model).unwrap().len() as f64 / (1 << 20) as f64;
+    println!("peak RSS {rss:.1} MiB, model {size:.1} MiB, limit {:.1} MiB", size + 64.0);
+    assert!(rss <= size + 64.0, "peak RSS {rss} MiB > model {size} MiB + 64 MiB");
+}
+
+#[test]
+fn interactive_chat_handles_commands() {
+    let mut child = tandem()
+        .args(["--temp", "0", "-n", "8"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"/help\nHi!\n/reset\nHello again\n/quit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("/reset"), "help text shown");
+    assert!(err.contains("(conversation reset)"));
+    assert_eq!(err.matches("prompt tokens:").count(), 2, "two answers");
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}
+
+#[test]
+fn inspect_prints_metadata_and_tensors() {
+    let model = tandem_engine::fetch::ensure_model(
+        &tandem_engine::fetch::DEFAULT_MODEL,
+        &tandem_engine::fetch::models_dir(),
+        false,
+    )
+    .unwrap();
+    let (out, _) = run_ok(&["inspect", model.to_str().unwrap()]);
+    assert!(out.contains("general.architecture = \"llama\""));
+    assert!(out.contains("token_embd.weight"));
+    assert!(out.contains("tensors (272)"));
+}
+
+#[test]
+fn bad_model_files_give_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.gguf");
+    std::fs::write(&bad, b"NOPE this is not a gguf file").unwrap();
+    for args in [
+        vec!["-m", bad.to_str().unwrap(), "-p", "x"],
+        vec!["-m", "/nonexistent/model.gguf", "-p", "x"],
+        vec!["inspect", bad.to_str().unwrap()],
+    ] {
+        let out = tandem().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.starts_with("error:") || err.contains("\nerror:"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
