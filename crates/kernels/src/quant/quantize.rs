@@ -43,16 +43,7 @@ pub fn quantize_row(ty: GgmlType, x: &[f32]) -> Option<Vec<u8>> {
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 let q: Vec<u8> = xs.iter().map(|&v| ((v * id + off + 0.5) as i32).clamp(0, maxq as i32) as u8).collect();
                 put_f16(&mut out, d);
-                if ty == GgmlType::Q5_0 {
-                    let mut qh = 0u32;
-                    for (j, &v) in q.iter().enumerate() {
-                        qh |= (((v >> 4) & 1) as u32) << j;
-                    }
-                    out.extend_from_slice(&qh.to_le_bytes());
-                }
-                for j in 0..16 {
-                    out.push((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
-                }
+                pack_q4_q5(&mut out, &q, ty == GgmlType::Q5_0);
             }
         }
         GgmlType::Q4_1 | GgmlType::Q5_1 => {
@@ -66,19 +57,22 @@ pub fn quantize_row(ty: GgmlType, x: &[f32]) -> Option<Vec<u8>> {
                     xs.iter().map(|&v| (((v - mn) * id + 0.5) as i32).clamp(0, maxq as i32) as u8).collect();
                 put_f16(&mut out, d);
                 put_f16(&mut out, mn);
-                if ty == GgmlType::Q5_1 {
-                    let mut qh = 0u32;
-                    for (j, &v) in q.iter().enumerate() {
-                        qh |= (((v >> 4) & 1) as u32) << j;
-                    }
-                    out.extend_from_slice(&qh.to_le_bytes());
-                }
-                for j in 0..16 {
-                    out.push((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
-                }
+                pack_q4_q5(&mut out, &q, ty == GgmlType::Q5_1);
             }
         }
         _ => return None,
     }
     Some(out)
+}
+
+/// Append 32 values (0..=31) in the Q4/Q5 layout: for 5-bit formats a u32 of
+/// fifth bits first, then 16 bytes of nibbles (element j low, j + 16 high).
+fn pack_q4_q5(out: &mut Vec<u8>, q: &[u8], five_bit: bool) {
+    if five_bit {
+        let qh = q.iter().enumerate().fold(0u32, |h, (j, &v)| h | ((((v >> 4) & 1) as u32) << j));
+        out.extend_from_slice(&qh.to_le_bytes());
+    }
+    for j in 0..16 {
+        out.push((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+    }
 }
