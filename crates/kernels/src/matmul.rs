@@ -307,42 +307,22 @@ unsafe fn cols_f(level: SimdLevel, w: &Weight, x: &[f32], m: usize, cols: Range<
     }
 }
 
-/// Scalar reference: the same result as [`matmul`], computed one (row, column) at a time
-/// with the scalar twins. Tests compare the two bit for bit.
+/// Scalar reference: the same result as [`matmul`], computed on one thread with
+/// the scalar twins (the same driver, forced to [`SimdLevel::Scalar`]). Tests
+/// compare the two bit for bit.
 pub fn matmul_reference(w: &Weight, x: &[f32], m: usize) -> Vec<f32> {
     let k = w.k;
     let mut y = vec![0f32; m * w.n];
-    if is_float(w.ty) {
-        let kind = float_kind(w.ty);
-        for r in 0..m {
-            for c in 0..w.n {
-                y[r * w.n + c] = dot_f_scalar(kind, w.row(c), &x[r * k..(r + 1) * k]);
-            }
-        }
-        return y;
-    }
     let nb = k / 32;
-    let mut acts = vec![ActBlock::default(); m * nb];
-    for r in 0..m {
-        quantize_act_row(&x[r * k..(r + 1) * k], &mut acts[r * nb..(r + 1) * nb]);
-    }
-    for r in 0..m {
-        let a = &acts[r * nb..(r + 1) * nb];
-        for c in 0..w.n {
-            let wr = w.row(c);
-            y[r * w.n + c] = match w.ty {
-                GgmlType::Q4_0 => dot_q_scalar::<Q4_0>(wr, a),
-                GgmlType::Q4_1 => dot_q_scalar::<Q4_1>(wr, a),
-                GgmlType::Q5_0 => dot_q_scalar::<Q5_0>(wr, a),
-                GgmlType::Q5_1 => dot_q_scalar::<Q5_1>(wr, a),
-                GgmlType::Q8_0 => dot_q_scalar::<Q8_0>(wr, a),
-                GgmlType::Q4K => dot_q_scalar::<Q4K>(wr, a),
-                GgmlType::Q5K => dot_q_scalar::<Q5K>(wr, a),
-                GgmlType::Q6K => dot_q_scalar::<Q6K>(wr, a),
-                _ => unreachable!(),
-            };
+    let mut acts = vec![ActBlock::default(); if is_float(w.ty) { 0 } else { m * nb }];
+    if !is_float(w.ty) {
+        for r in 0..m {
+            quantize_act_row(&x[r * k..(r + 1) * k], &mut acts[r * nb..(r + 1) * nb]);
         }
     }
+    let out = Out { ptr: y.as_mut_ptr(), n: w.n };
+    // SAFETY: one thread writes all of 0..w.n into `y`, which outlives the call.
+    unsafe { run_cols(SimdLevel::Scalar, w, x, &acts, m, 0..w.n, out) };
     y
 }
 
