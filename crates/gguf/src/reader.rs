@@ -328,6 +328,27 @@ impl Gguf {
         self.backing.bytes()
     }
 
+    /// Tell the OS that the mapped pages wholly inside `range` (byte offsets in
+    /// the file) are not needed now, so they stop counting toward our resident
+    /// set (used after a tensor was repacked into memory of its own). The data
+    /// stays valid: a later read faults the pages back in from the file.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Backing::Mmap(m) = &self.backing {
+            const PAGE: usize = 4096;
+            let start = range.start.div_ceil(PAGE) * PAGE;
+            let end = range.end.min(m.len()) / PAGE * PAGE;
+            if end > start {
+                // SAFETY: the map is private and read-only, so MADV_DONTNEED
+                // only drops clean pages that are re-read from the unchanged
+                // file on next access; no data we hand out is invalidated.
+                let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+    }
+
     /// Total file size in bytes.
     pub fn file_size(&self) -> u64 {
         self.bytes().len() as u64

@@ -17,6 +17,7 @@
 
 pub mod matmul;
 pub mod ops;
+pub mod pack;
 pub mod pool;
 pub mod quant;
 pub mod simd;

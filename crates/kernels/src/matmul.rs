@@ -34,6 +34,16 @@ pub struct Weight<'a> {
     pub k: usize,
     data: &'a [u8],
     row_bytes: usize,
+    layout: Layout,
+}
+
+/// How a weight's bytes are arranged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// GGUF's own layout: N rows of K elements in the type's blocks.
+    Rows,
+    /// Q4_0/Q4_1 repacked by [`crate::pack::pack_q4x8`].
+    Q4x8,
 }
 
 impl<'a> Weight<'a> {
@@ -50,7 +60,26 @@ impl<'a> Weight<'a> {
         if data.len() != rb * n {
             return Err(WeightError::BadSize { name: name.into(), got: data.len(), want: rb * n, n, k, ty });
         }
-        Ok(Weight { ty, n, k, data, row_bytes: rb })
+        Ok(Weight { ty, n, k, data, row_bytes: rb, layout: Layout::Rows })
+    }
+
+    /// A Q4_0/Q4_1 matrix repacked by [`crate::pack::pack_q4x8`].
+    pub fn packed_q4x8(name: &str, ty: GgmlType, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
+        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
+            return Err(WeightError::UnsupportedType { name: name.into(), ty });
+        }
+        if k % 32 != 0 || n % 8 != 0 {
+            return Err(WeightError::BadColumns { name: name.into(), k, ty });
+        }
+        let want = n / 8 * (k / 32) * crate::pack::Q4X8_BLOCK;
+        if data.len() != want {
+            return Err(WeightError::BadSize { name: name.into(), got: data.len(), want, n, k, ty });
+        }
+        Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q4x8 })
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     pub fn data(&self) -> &'a [u8] {
@@ -61,14 +90,18 @@ impl<'a> Weight<'a> {
         self.row_bytes
     }
 
-    /// Raw bytes of row `i`.
+    /// Raw bytes of row `i` (row layout only).
     pub fn row(&self, i: usize) -> &'a [u8] {
+        debug_assert_eq!(self.layout, Layout::Rows);
         &self.data[i * self.row_bytes..(i + 1) * self.row_bytes]
     }
 
     /// Dequantize row `i` into `out` (len k).
     pub fn row_f32(&self, i: usize, out: &mut [f32]) {
-        dequantize_row(self.ty, self.row(i), out)
+        match self.layout {
+            Layout::Rows => dequantize_row(self.ty, self.row(i), out),
+            Layout::Q4x8 => crate::pack::q4x8_row_f32(self.data, self.k, i, out),
+        }
     }
 }
 
@@ -137,6 +170,11 @@ pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &
         }
         return;
     }
+    let mut base = 0;
+    for w in ws {
+        assert!(w.layout == Layout::Rows || base % 8 == 0, "matmul_many: a packed weight must start on a multiple of 8 columns");
+        base += w.n;
+    }
     let any_q = ws.iter().any(|w| !is_float(w.ty));
     ACTS.with(|cell| {
         let mut acts = cell.borrow_mut();
@@ -170,6 +208,9 @@ pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &
 
 /// Compute columns `cols` of all M rows.
 unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
+    if w.layout == Layout::Q4x8 {
+        return cols_q4x8(level, w, acts, m, cols, out);
+    }
     match w.ty {
         GgmlType::Q4_0 => cols_q::<Q4_0>(level, w, acts, m, cols, out),
         GgmlType::Q4_1 => cols_q::<Q4_1>(level, w, acts, m, cols, out),
@@ -256,6 +297,48 @@ unsafe fn tiles_q<'a, F: Unpack, const NR: usize>(
                 dot_tile::<F, 4, NR>(wr, [arow(r), arow(r + 1), arow(r + 2), arow(r + 3)], &mut o);
                 emit(out, r, c, &o);
                 r += 4;
+            }
+        }
+    }
+}
+
+/// Packed Q4x8 columns; `cols` starts and ends on multiples of 8 (the split
+/// aligns to 8 and packed weights have n % 8 == 0).
+unsafe fn cols_q4x8(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
+    use crate::pack::{dot_q4x8_scalar, Q4X8_BLOCK};
+    let nb = w.k / 32;
+    let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
+    debug_assert!(cols.start % 8 == 0 && cols.end % 8 == 0);
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => {
+            use crate::simd::avx2::dot_q4x8;
+            for g in cols.start / 8..cols.end / 8 {
+                let grp = &w.data[g * nb * Q4X8_BLOCK..(g + 1) * nb * Q4X8_BLOCK];
+                let mut r = 0;
+                while r < m {
+                    macro_rules! tile {
+                        ($mr:literal) => {{
+                            let mut o = [[0f32; 8]; $mr];
+                            dot_q4x8::<$mr>(grp, std::array::from_fn(|i| arow(r + i)), &mut o);
+                            emit(out, r, g * 8, &o);
+                            r += $mr;
+                        }};
+                    }
+                    match m - r {
+                        1 => tile!(1),
+                        2 => tile!(2),
+                        3 => tile!(3),
+                        _ => tile!(4),
+                    }
+                }
+            }
+        }
+        _ => {
+            for c in cols {
+                for r in 0..m {
+                    out.put(r, c, dot_q4x8_scalar(w.data, w.k, c, arow(r)));
+                }
             }
         }
     }

@@ -135,3 +135,80 @@ proptest! {
         }
     }
 }
+
+mod packed {
+    use super::*;
+    use tandem_kernels::pack::pack_q4x8;
+
+    fn both(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
+        let data = random_weight(ty, n, k, rng);
+        let packed = pack_q4x8(ty, n, k, &data).expect("packable");
+        (data, packed)
+    }
+
+    #[test]
+    fn packed_rows_dequantize_like_the_original() {
+        let mut rng = Rng(11);
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
+            let (n, k) = (16, 96);
+            let (data, packed) = both(ty, n, k, &mut rng);
+            let w = Weight::new("w", ty, n, k, &data).unwrap();
+            let p = Weight::packed_q4x8("w", ty, n, k, &packed).unwrap();
+            for r in 0..n {
+                let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+                w.row_f32(r, &mut a);
+                p.row_f32(r, &mut b);
+                assert_eq!(a, b, "{ty} row {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn packed_simd_equals_scalar_twin_and_is_close_to_rows() {
+        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+        let mut rng = Rng(12);
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
+            for (n, k, m) in [(8, 32, 1), (16, 64, 3), (40, 96, 6), (64, 32, 9)] {
+                let (data, packed) = both(ty, n, k, &mut rng);
+                let w = Weight::new("w", ty, n, k, &data).unwrap();
+                let p = Weight::packed_q4x8("w", ty, n, k, &packed).unwrap();
+                let x: Vec<f32> = (0..m * k).map(|_| rng.f()).collect();
+                let want = matmul_reference(&p, &x, m);
+                let rows = matmul_reference(&w, &x, m);
+                for pool in &pools {
+                    let mut y = vec![0f32; m * n];
+                    matmul(pool, &p, &x, m, &mut y);
+                    for i in 0..y.len() {
+                        assert_eq!(y[i].to_bits(), want[i].to_bits(), "{ty} n={n} k={k} m={m} idx={i}");
+                        assert!((y[i] - rows[i]).abs() <= 1e-4 * (1.0 + rows[i].abs()), "{ty}: {} vs {}", y[i], rows[i]);
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+        #[test]
+        fn packed_rows_are_batch_invariant(q40 in any::<bool>(), m in 1usize..=16, groups in 1usize..6, units in 1usize..4, seed in any::<u64>()) {
+            let ty = if q40 { GgmlType::Q4_0 } else { GgmlType::Q4_1 };
+            let (n, k) = (groups * 8, units * 32);
+            let mut rng = Rng(seed | 1);
+            let (_, packed) = both(ty, n, k, &mut rng);
+            let w = Weight::packed_q4x8("w", ty, n, k, &packed).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut y = vec![0f32; m * n];
+                matmul(&pool, &w, &x, m, &mut y);
+                for r in 0..m {
+                    let mut y1 = vec![0f32; n];
+                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
+                    for c in 0..n {
+                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
+                    }
+                }
+            }
+        }
+    }
+}

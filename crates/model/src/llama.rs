@@ -127,17 +127,17 @@ impl Model {
             let n = |s: &str| format!("blk.{i}.{s}");
             layers.push(Layer {
                 attn_norm: load_vec(&g, &n("attn_norm.weight"), d)?,
-                wq: WeightRef::load(&g, &n("attn_q.weight"), d, qd)?,
-                wk: WeightRef::load(&g, &n("attn_k.weight"), d, kvd)?,
-                wv: WeightRef::load(&g, &n("attn_v.weight"), d, kvd)?,
+                wq: WeightRef::load_packed(&g, &n("attn_q.weight"), d, qd)?,
+                wk: WeightRef::load_packed(&g, &n("attn_k.weight"), d, kvd)?,
+                wv: WeightRef::load_packed(&g, &n("attn_v.weight"), d, kvd)?,
                 bq: load_opt_vec(&g, &n("attn_q.bias"), qd)?,
                 bk: load_opt_vec(&g, &n("attn_k.bias"), kvd)?,
                 bv: load_opt_vec(&g, &n("attn_v.bias"), kvd)?,
-                wo: WeightRef::load(&g, &n("attn_output.weight"), qd, d)?,
+                wo: WeightRef::load_packed(&g, &n("attn_output.weight"), qd, d)?,
                 ffn_norm: load_vec(&g, &n("ffn_norm.weight"), d)?,
-                w_gate: WeightRef::load(&g, &n("ffn_gate.weight"), d, f)?,
-                w_up: WeightRef::load(&g, &n("ffn_up.weight"), d, f)?,
-                w_down: WeightRef::load(&g, &n("ffn_down.weight"), f, d)?,
+                w_gate: WeightRef::load_packed(&g, &n("ffn_gate.weight"), d, f)?,
+                w_up: WeightRef::load_packed(&g, &n("ffn_up.weight"), d, f)?,
+                w_down: WeightRef::load_packed(&g, &n("ffn_down.weight"), f, d)?,
             });
         }
         Ok(Model { cfg, gguf: g, tok_embd, output, output_norm, layers })

@@ -13,8 +13,15 @@ pub struct WeightRef {
     pub n: usize,
     /// Input features (row length).
     pub k: usize,
-    start: usize,
-    len: usize,
+    storage: Storage,
+}
+
+#[derive(Debug, Clone)]
+enum Storage {
+    /// Bytes inside the GGUF map, in GGUF's row layout.
+    Mapped { start: usize, len: usize },
+    /// Repacked copy (see `tandem_kernels::pack`).
+    Q4x8(std::sync::Arc<[u8]>),
 }
 
 impl WeightRef {
@@ -28,13 +35,35 @@ impl WeightRef {
         // validate once; views are rebuilt cheaply later
         Weight::new(name, t.ty, n, k, data)?;
         let start = data.as_ptr() as usize - g.bytes().as_ptr() as usize;
-        Ok(WeightRef { name: name.into(), ty: t.ty, n, k, start, len: data.len() })
+        Ok(WeightRef { name: name.into(), ty: t.ty, n, k, storage: Storage::Mapped { start, len: data.len() } })
+    }
+
+    /// Like [`load`](Self::load), but Q4_0/Q4_1 matrices with a multiple of 8
+    /// rows are repacked into the interleaved layout the batched kernels want,
+    /// and the mapped pages they came from are released.
+    pub fn load_packed(g: &Gguf, name: &str, k: usize, n: usize) -> Result<Self, ModelError> {
+        let mut w = Self::load(g, name, k, n)?;
+        if std::env::var("TANDEM_NO_REPACK").is_ok() {
+            return Ok(w);
+        }
+        if let Storage::Mapped { start, len } = w.storage {
+            if let Some(p) = tandem_kernels::pack::pack_q4x8(w.ty, n, k, &g.bytes()[start..start + len]) {
+                w.storage = Storage::Q4x8(p.into());
+                g.release(start..start + len);
+            }
+        }
+        Ok(w)
     }
 
     #[inline]
-    pub fn view<'a>(&self, g: &'a Gguf) -> Weight<'a> {
-        Weight::new(&self.name, self.ty, self.n, self.k, &g.bytes()[self.start..self.start + self.len])
-            .expect("validated at load")
+    pub fn view<'a>(&'a self, g: &'a Gguf) -> Weight<'a> {
+        match &self.storage {
+            Storage::Mapped { start, len } => {
+                Weight::new(&self.name, self.ty, self.n, self.k, &g.bytes()[*start..*start + *len])
+            }
+            Storage::Q4x8(p) => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
+        }
+        .expect("validated at load")
     }
 }
 

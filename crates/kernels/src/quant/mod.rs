@@ -39,10 +39,11 @@ pub fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
             *q = r as i8;
             sum += r;
         }
-        // Scales are kept at f16 precision, as llama.cpp stores them, so our
-        // numbers track the reference engine's as closely as the formats allow.
+        // The scale is kept at f16 precision, as llama.cpp stores it, so our
+        // numbers track the reference engine's; `s` is then exactly consistent
+        // with the stored quants (Σ x ≈ d·Σ q), which the min terms rely on.
         blk.d = round_f16(d);
-        blk.s = round_f16(d * sum as f32);
+        blk.s = blk.d * sum as f32;
     }
 }
 

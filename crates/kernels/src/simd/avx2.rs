@@ -346,3 +346,46 @@ pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
         g[j] = g[j] / (1.0 + crate::ops::exp_scalar(-g[j])) * u[j];
     }
 }
+
+/// Packed Q4x8 kernel: MR activation rows × the 8 columns of group `grp`
+/// (see `pack`); mirrors `pack::dot_q4x8_scalar` lane for lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+    use crate::pack::Q4X8_BLOCK;
+    let nb = a[0].len();
+    debug_assert!(grp.len() >= nb * Q4X8_BLOCK);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); MR];
+    let mut summ = [_mm256_setzero_ps(); MR];
+    for b in 0..nb {
+        let p = grp.as_ptr().add(b * Q4X8_BLOCK);
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        let mut r = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let pj = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+            r[j] = _mm256_and_si256(pj, m4);
+            r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
+        }
+        for m in 0..MR {
+            let ab = a[m].get_unchecked(b);
+            let q = ab.qs.as_ptr() as *const i32;
+            // r[j] holds elements 4j..4j+4 of each column (low nibbles for j < 4,
+            // high nibbles = elements 16+4(j−4).. for j ≥ 4), i.e. activation word j
+            let mut s = _mm256_maddubs_epi16(r[0], _mm256_set1_epi32(q.read_unaligned()));
+            for j in 1..8 {
+                let av = _mm256_set1_epi32(q.add(j).read_unaligned());
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(r[j], av));
+            }
+            let isum = _mm256_madd_epi16(s, ones);
+            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+            summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ab.s), summ[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+    }
+}

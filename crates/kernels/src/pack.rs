@@ -1,0 +1,109 @@
+//! Repacked weight layouts, built once at load.
+//!
+//! `Q4x8` interleaves 8 output rows of a Q4_0/Q4_1 matrix so that one 256-bit
+//! register holds 4 consecutive quants of 8 different columns. The kernel then
+//! puts *columns* in SIMD lanes: each 4-byte activation group is broadcast and
+//! multiplied against 8 columns at once, and the per-block scales of 8 columns
+//! load as one vector. Compared with the row-major layout this removes the
+//! horizontal sums and most of the per-row scalar work, which is what makes an
+//! M-row verify pass cost little more than one row.
+//!
+//! Group layout (per 8 rows, per 32-element block, 160 bytes — the same size as
+//! 8 Q4_1 blocks):
+//! - `d[8]`: f16 scales of the 8 rows
+//! - `m[8]`: f16 additive mins (Q4_0 is stored as Q4_1 with m = −8·d, exact)
+//! - `P[4][8][4]`: for j in 0..4 and column c, the original quant bytes
+//!   `qs_c[4j..4j+4]`; their low nibbles are elements 4j..4j+3, their high
+//!   nibbles elements 16+4j..16+4j+3.
+
+use tandem_gguf::GgmlType;
+
+/// Bytes of one 8-row group block.
+pub const Q4X8_BLOCK: usize = 160;
+
+/// Repack a Q4_0 or Q4_1 matrix of `n` rows × `k` columns (n % 8 == 0).
+/// Returns None when the type or shape does not qualify, or when a Q4_0 scale
+/// cannot be turned into an exact f16 min.
+pub fn pack_q4x8(ty: GgmlType, n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
+    let (bb, off) = match ty {
+        GgmlType::Q4_0 => (18, 2),
+        GgmlType::Q4_1 => (20, 4),
+        _ => return None,
+    };
+    if n % 8 != 0 || k % 32 != 0 || data.len() != n * (k / 32) * bb {
+        return None;
+    }
+    let nb = k / 32;
+    let mut out = vec![0u8; n / 8 * nb * Q4X8_BLOCK];
+    for g in 0..n / 8 {
+        for b in 0..nb {
+            let dst = &mut out[(g * nb + b) * Q4X8_BLOCK..][..Q4X8_BLOCK];
+            for c in 0..8 {
+                let src = &data[((g * 8 + c) * nb + b) * bb..][..bb];
+                dst[2 * c..2 * c + 2].copy_from_slice(&src[0..2]);
+                let m = if ty == GgmlType::Q4_1 {
+                    [src[2], src[3]]
+                } else {
+                    let d = half::f16::from_le_bytes([src[0], src[1]]);
+                    let m = half::f16::from_f32(-8.0 * d.to_f32());
+                    if m.to_f32() != -8.0 * d.to_f32() {
+                        return None;
+                    }
+                    m.to_le_bytes()
+                };
+                dst[16 + 2 * c..16 + 2 * c + 2].copy_from_slice(&m);
+                for j in 0..4 {
+                    dst[32 + 32 * j + 4 * c..][..4].copy_from_slice(&src[off + 4 * j..off + 4 * j + 4]);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Quant value of column `c`, element `e` (0..32) of a packed group block.
+#[inline(always)]
+pub(crate) fn q4x8_value(blk: &[u8], c: usize, e: usize) -> u8 {
+    let (j, t, hi) = if e < 16 { (e / 4, e % 4, false) } else { ((e - 16) / 4, e % 4, true) };
+    let byte = blk[32 + 32 * j + 4 * c + t];
+    if hi {
+        byte >> 4
+    } else {
+        byte & 0x0F
+    }
+}
+
+/// Dequantize row `r` of a packed matrix.
+pub fn q4x8_row_f32(data: &[u8], k: usize, r: usize, out: &mut [f32]) {
+    let nb = k / 32;
+    let (g, c) = (r / 8, r % 8);
+    for b in 0..nb {
+        let blk = &data[(g * nb + b) * Q4X8_BLOCK..][..Q4X8_BLOCK];
+        let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
+        let m = crate::quant::f16_to_f32(u16::from_le_bytes([blk[16 + 2 * c], blk[17 + 2 * c]]));
+        for e in 0..32 {
+            out[b * 32 + e] = d * q4x8_value(blk, c, e) as f32 + m;
+        }
+    }
+}
+
+/// Scalar twin of the packed kernel for one (activation row, column):
+/// per block, an exact integer dot, then `acc = fma(isum, d·a.d, acc)` and
+/// `summ = fma(m, a.s, summ)`, in block order; the result is `acc + summ`.
+pub fn dot_q4x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::ActBlock]) -> f32 {
+    let nb = k / 32;
+    let (g, c) = (col / 8, col % 8);
+    let (mut acc, mut summ) = (0f32, 0f32);
+    for (b, ab) in a.iter().enumerate().take(nb) {
+        let blk = &data[(g * nb + b) * Q4X8_BLOCK..][..Q4X8_BLOCK];
+        let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
+        let m = crate::quant::f16_to_f32(u16::from_le_bytes([blk[16 + 2 * c], blk[17 + 2 * c]]));
+        let mut isum = 0i32;
+        for e in 0..32 {
+            isum += q4x8_value(blk, c, e) as i32 * ab.qs[e] as i32;
+        }
+        acc = (isum as f32).mul_add(d * ab.d, acc);
+        summ = m.mul_add(ab.s, summ);
+    }
+    acc + summ
+}
