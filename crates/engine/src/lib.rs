@@ -6,8 +6,9 @@
 pub mod bench;
 pub mod fetch;
 pub mod perplexity;
-pub mod sampling;
 mod session;
 
-pub use sampling::{Sampler, SamplerParams};
+/// Sampling lives with speculation (exact acceptance needs the final distribution).
+pub use tandem_spec::sampling;
+pub use tandem_spec::sampling::{Sampler, SamplerParams};
 pub use session::{Engine, EngineError, GenParams, GenStats, Session, StopReason};

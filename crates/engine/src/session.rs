@@ -7,6 +7,7 @@ use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 use tandem_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
 
 use crate::sampling::{Sampler, SamplerParams};
+use tandem_spec::{SpecError, Speculator};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -18,6 +19,8 @@ pub enum EngineError {
     Gguf(#[from] tandem_gguf::GgufError),
     #[error("prompt of {prompt} tokens does not fit the context of {ctx} tokens")]
     PromptTooLong { prompt: usize, ctx: usize },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
     #[error("empty prompt")]
     EmptyPrompt,
 }
@@ -196,6 +199,20 @@ impl Session {
         prompt: &[u32],
         params: &GenParams,
         cancel: Option<&AtomicBool>,
+        on_token: impl FnMut(u32, &str) -> bool,
+    ) -> Result<GenStats, EngineError> {
+        self.generate_with(prompt, params, None, cancel, on_token)
+    }
+
+    /// [`generate`](Self::generate), speculatively when `spec` is given: each
+    /// cycle drafts, verifies in one batched pass and commits the agreeing
+    /// prefix. Greedy output is identical to plain decoding.
+    pub fn generate_with(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        mut spec: Option<&mut Speculator>,
+        cancel: Option<&AtomicBool>,
         mut on_token: impl FnMut(u32, &str) -> bool,
     ) -> Result<GenStats, EngineError> {
         let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
@@ -206,30 +223,61 @@ impl Session {
         let mut sampler = Sampler::new(params.sampler.clone());
         let mut dec = StreamDecoder::new();
         let tok = self.engine.tokenizer.clone();
+        let engine = self.engine.clone();
+        if let Some(sp) = spec.as_deref_mut() {
+            sp.begin(&self.tokens)?;
+        }
+        let is_eog = |id: u32| tok.is_eog(id);
+        let mut emitted = Vec::new();
         let t1 = Instant::now();
-        let stop = loop {
+        let stop = 'outer: loop {
             if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 break StopReason::Cancelled;
             }
             if stats.gen_tokens >= params.max_tokens {
                 break StopReason::Length;
             }
-            let next = sampler.sample(&self.logits);
-            stats.gen_tokens += 1;
-            if tok.is_eog(next) {
-                break StopReason::Eog;
-            }
-            let text = dec.push(&tok, next);
-            if !on_token(next, &text) {
-                break StopReason::Cancelled;
-            }
-            if stats.gen_tokens >= params.max_tokens {
-                break StopReason::Length;
+            emitted.clear();
+            let fed = match spec.as_deref_mut() {
+                Some(sp) => sp.cycle(
+                    &engine.model,
+                    &engine.pool,
+                    &mut self.cache,
+                    &mut self.tokens,
+                    &mut self.logits,
+                    &mut sampler,
+                    params.max_tokens - stats.gen_tokens,
+                    &is_eog,
+                    &mut emitted,
+                )?,
+                None => {
+                    emitted.push(sampler.sample(&self.logits));
+                    false
+                }
+            };
+            for &next in &emitted {
+                stats.gen_tokens += 1;
+                if tok.is_eog(next) {
+                    break 'outer StopReason::Eog;
+                }
+                let text = dec.push(&tok, next);
+                if !on_token(next, &text) {
+                    break 'outer StopReason::Cancelled;
+                }
+                if stats.gen_tokens >= params.max_tokens {
+                    break 'outer StopReason::Length;
+                }
             }
             if self.tokens.len() >= self.ctx() {
                 break StopReason::Context;
             }
-            self.feed(&[next])?;
+            if !fed {
+                if spec.is_some() {
+                    // the speculator stopped without evaluating its token (context edge)
+                    break StopReason::Context;
+                }
+                self.feed(&emitted)?;
+            }
         };
         let rest = dec.flush();
         if !rest.is_empty() {

@@ -44,6 +44,8 @@ pub enum Layout {
     Rows,
     /// Q4_0/Q4_1 repacked by [`crate::pack::pack_q4x8`].
     Q4x8,
+    /// Q8_0 repacked by [`crate::pack::pack_q8x8`].
+    Q8x8,
 }
 
 impl<'a> Weight<'a> {
@@ -78,6 +80,19 @@ impl<'a> Weight<'a> {
         Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q4x8 })
     }
 
+    /// A Q8_0 matrix repacked by [`crate::pack::pack_q8x8`].
+    pub fn packed_q8x8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
+        let ty = GgmlType::Q8_0;
+        if k % 32 != 0 || n % 8 != 0 {
+            return Err(WeightError::BadColumns { name: name.into(), k, ty });
+        }
+        let want = n / 8 * (k / 32) * crate::pack::Q8X8_BLOCK;
+        if data.len() != want {
+            return Err(WeightError::BadSize { name: name.into(), got: data.len(), want, n, k, ty });
+        }
+        Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q8x8 })
+    }
+
     pub fn layout(&self) -> Layout {
         self.layout
     }
@@ -101,6 +116,7 @@ impl<'a> Weight<'a> {
         match self.layout {
             Layout::Rows => dequantize_row(self.ty, self.row(i), out),
             Layout::Q4x8 => crate::pack::q4x8_row_f32(self.data, self.k, i, out),
+            Layout::Q8x8 => crate::pack::q8x8_row_f32(self.data, self.k, i, out),
         }
     }
 }
@@ -208,8 +224,10 @@ pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &
 
 /// Compute columns `cols` of all M rows.
 unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
-    if w.layout == Layout::Q4x8 {
-        return cols_q4x8(level, w, acts, m, cols, out);
+    match w.layout {
+        Layout::Q4x8 => return cols_q4x8(level, w, acts, m, cols, out),
+        Layout::Q8x8 => return cols_q8x8(level, w, acts, m, cols, out),
+        Layout::Rows => {}
     }
     match w.ty {
         GgmlType::Q4_0 => cols_q::<Q4_0>(level, w, acts, m, cols, out),
@@ -338,6 +356,47 @@ unsafe fn cols_q4x8(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, c
             for c in cols {
                 for r in 0..m {
                     out.put(r, c, dot_q4x8_scalar(w.data, w.k, c, arow(r)));
+                }
+            }
+        }
+    }
+}
+
+/// Packed Q8x8 columns; `cols` starts and ends on multiples of 8, as for Q4x8.
+unsafe fn cols_q8x8(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
+    use crate::pack::{dot_q8x8_scalar, Q8X8_BLOCK};
+    let nb = w.k / 32;
+    let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
+    debug_assert!(cols.start % 8 == 0 && cols.end % 8 == 0);
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => {
+            use crate::simd::avx2::dot_q8x8;
+            for g in cols.start / 8..cols.end / 8 {
+                let grp = &w.data[g * nb * Q8X8_BLOCK..(g + 1) * nb * Q8X8_BLOCK];
+                let mut r = 0;
+                while r < m {
+                    macro_rules! tile {
+                        ($mr:literal) => {{
+                            let mut o = [[0f32; 8]; $mr];
+                            dot_q8x8::<$mr>(grp, std::array::from_fn(|i| arow(r + i)), &mut o);
+                            emit(out, r, g * 8, &o);
+                            r += $mr;
+                        }};
+                    }
+                    match m - r {
+                        1 => tile!(1),
+                        2 => tile!(2),
+                        3 => tile!(3),
+                        _ => tile!(4),
+                    }
+                }
+            }
+        }
+        _ => {
+            for c in cols {
+                for r in 0..m {
+                    out.put(r, c, dot_q8x8_scalar(w.data, w.k, c, arow(r)));
                 }
             }
         }

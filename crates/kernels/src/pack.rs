@@ -15,6 +15,12 @@
 //! - `P[4][8][4]`: for j in 0..4 and column c, the original quant bytes
 //!   `qs_c[4j..4j+4]`; their low nibbles are elements 4j..4j+3, their high
 //!   nibbles elements 16+4j..16+4j+3.
+//!
+//! `Q8x8` does the same for Q8_0 (per 8 rows, per 32-element block, 272 bytes —
+//! the same size as 8 Q8_0 blocks):
+//! - `d[8]`: f16 scales of the 8 rows
+//! - `Q[8][8][4]`: for j in 0..8 and column c, the signed quants
+//!   `qs_c[4j..4j+4]` (elements 4j..4j+3).
 
 use tandem_gguf::GgmlType;
 
@@ -106,4 +112,71 @@ pub fn dot_q4x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::Act
         summ = m.mul_add(ab.s, summ);
     }
     acc + summ
+}
+
+/// Bytes of one 8-row Q8x8 group block.
+pub const Q8X8_BLOCK: usize = 272;
+
+/// Repack a Q8_0 matrix of `n` rows × `k` columns (n % 8 == 0, k % 32 == 0).
+/// Returns None when the shape or size does not qualify.
+pub fn pack_q8x8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
+    const BB: usize = 34;
+    if n % 8 != 0 || k % 32 != 0 || data.len() != n * (k / 32) * BB {
+        return None;
+    }
+    let nb = k / 32;
+    let mut out = vec![0u8; n / 8 * nb * Q8X8_BLOCK];
+    for g in 0..n / 8 {
+        for b in 0..nb {
+            let dst = &mut out[(g * nb + b) * Q8X8_BLOCK..][..Q8X8_BLOCK];
+            for c in 0..8 {
+                let src = &data[((g * 8 + c) * nb + b) * BB..][..BB];
+                dst[2 * c..2 * c + 2].copy_from_slice(&src[0..2]);
+                for j in 0..8 {
+                    dst[16 + 32 * j + 4 * c..][..4].copy_from_slice(&src[2 + 4 * j..2 + 4 * j + 4]);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Quant of column `c`, element `e` (0..32) of a packed Q8x8 group block.
+#[inline(always)]
+pub(crate) fn q8x8_value(blk: &[u8], c: usize, e: usize) -> i8 {
+    blk[16 + 32 * (e / 4) + 4 * c + e % 4] as i8
+}
+
+/// Dequantize row `r` of a Q8x8-packed matrix; the same expression as the
+/// row layout's dequantization (`d · q + 0.0`), so the values are identical.
+pub fn q8x8_row_f32(data: &[u8], k: usize, r: usize, out: &mut [f32]) {
+    let nb = k / 32;
+    let (g, c) = (r / 8, r % 8);
+    for b in 0..nb {
+        let blk = &data[(g * nb + b) * Q8X8_BLOCK..][..Q8X8_BLOCK];
+        let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
+        let m = 0.0f32;
+        for e in 0..32 {
+            out[b * 32 + e] = d * q8x8_value(blk, c, e) as f32 + m;
+        }
+    }
+}
+
+/// Scalar twin of the packed Q8x8 kernel for one (activation row, column):
+/// per block, an exact integer dot, then `acc = fma(isum, d·a.d, acc)` in
+/// block order; the result is `acc`.
+pub fn dot_q8x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::ActBlock]) -> f32 {
+    let nb = k / 32;
+    let (g, c) = (col / 8, col % 8);
+    let mut acc = 0f32;
+    for (b, ab) in a.iter().enumerate().take(nb) {
+        let blk = &data[(g * nb + b) * Q8X8_BLOCK..][..Q8X8_BLOCK];
+        let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
+        let mut isum = 0i32;
+        for e in 0..32 {
+            isum += q8x8_value(blk, c, e) as i32 * ab.qs[e] as i32;
+        }
+        acc = (isum as f32).mul_add(d * ab.d, acc);
+    }
+    acc
 }

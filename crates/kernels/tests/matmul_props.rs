@@ -138,7 +138,7 @@ proptest! {
 
 mod packed {
     use super::*;
-    use tandem_kernels::pack::pack_q4x8;
+    use tandem_kernels::pack::{pack_q4x8, pack_q8x8};
 
     fn both(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
         let data = random_weight(ty, n, k, rng);
@@ -206,6 +206,99 @@ mod packed {
                     matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
                     for c in 0..n {
                         prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
+                    }
+                }
+            }
+        }
+    }
+
+    fn both_q8(n: usize, k: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
+        let data = random_weight(GgmlType::Q8_0, n, k, rng);
+        let packed = pack_q8x8(n, k, &data).expect("packable");
+        (data, packed)
+    }
+
+    #[test]
+    fn q8x8_rejects_bad_shapes() {
+        let mut rng = Rng(21);
+        let data = random_weight(GgmlType::Q8_0, 12, 64, &mut rng);
+        assert!(pack_q8x8(12, 64, &data).is_none(), "n % 8 != 0");
+        assert!(pack_q8x8(8, 64, &data).is_none(), "size mismatch");
+        assert!(pack_q8x8(16, 48, &data).is_none(), "k % 32 != 0");
+        assert!(Weight::packed_q8x8("w", 8, 64, &data[..8 * 2 * 34 - 1]).is_err(), "size mismatch");
+        assert!(Weight::packed_q8x8("w", 12, 64, &data).is_err(), "n % 8 != 0");
+    }
+
+    #[test]
+    fn q8x8_rows_dequantize_like_the_original() {
+        let mut rng = Rng(13);
+        let (n, k) = (24, 128);
+        let (mut data, _) = both_q8(n, k, &mut rng);
+        // extremes: q = -128 and 127, and a negative scale with q = 0 (-0.0 · 0)
+        data[2] = 0x80;
+        data[3] = 0x7F;
+        data[34..36].copy_from_slice(&half::f16::from_f32(-0.03).to_bits().to_le_bytes());
+        data[36] = 0;
+        let packed = pack_q8x8(n, k, &data).unwrap();
+        let w = Weight::new("w", GgmlType::Q8_0, n, k, &data).unwrap();
+        let p = Weight::packed_q8x8("w", n, k, &packed).unwrap();
+        for r in 0..n {
+            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+            w.row_f32(r, &mut a);
+            p.row_f32(r, &mut b);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "row {r}");
+        }
+    }
+
+    #[test]
+    fn q8x8_simd_equals_scalar_twin_and_is_close_to_rows() {
+        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+        let mut rng = Rng(14);
+        for (n, k, m) in [(8, 32, 1), (16, 64, 2), (24, 96, 3), (40, 96, 6), (64, 32, 9), (48, 576, 16)] {
+            let mut data = random_weight(GgmlType::Q8_0, n, k, &mut rng);
+            // saturate some blocks with extreme quants on both signs
+            for (i, blk) in data.chunks_exact_mut(34).enumerate().filter(|(i, _)| i % 5 == 0) {
+                for q in &mut blk[2..] {
+                    *q = if i % 2 == 0 { 0x80 } else { 0x7F };
+                }
+            }
+            let packed = pack_q8x8(n, k, &data).unwrap();
+            let w = Weight::new("w", GgmlType::Q8_0, n, k, &data).unwrap();
+            let p = Weight::packed_q8x8("w", n, k, &packed).unwrap();
+            // large-magnitude activations so that many quants hit ±127
+            let x: Vec<f32> = (0..m * k).map(|i| if i % 7 == 0 { rng.f().signum() * 3.0 } else { rng.f() }).collect();
+            let want = matmul_reference(&p, &x, m);
+            let rows = matmul_reference(&w, &x, m);
+            for pool in &pools {
+                let mut y = vec![0f32; m * n];
+                matmul(pool, &p, &x, m, &mut y);
+                for i in 0..y.len() {
+                    assert_eq!(y[i].to_bits(), want[i].to_bits(), "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], want[i]);
+                    assert!((y[i] - rows[i]).abs() <= 1e-4 * (1.0 + rows[i].abs()), "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], rows[i]);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+        #[test]
+        fn q8x8_rows_are_batch_invariant(m in 1usize..=16, groups in 1usize..6, units in 1usize..4, seed in any::<u64>()) {
+            let (n, k) = (groups * 8, units * 32);
+            let mut rng = Rng(seed | 1);
+            let (_, packed) = both_q8(n, k, &mut rng);
+            let w = Weight::packed_q8x8("w", n, k, &packed).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut y = vec![0f32; m * n];
+                matmul(&pool, &w, &x, m, &mut y);
+                for r in 0..m {
+                    let mut y1 = vec![0f32; n];
+                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
+                    for c in 0..n {
+                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits(), "threads={} m={} row={} col={}", threads, m, r, c);
                     }
                 }
             }

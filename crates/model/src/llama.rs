@@ -115,9 +115,9 @@ impl Model {
     pub fn from_gguf(g: Arc<Gguf>) -> Result<Self, ModelError> {
         let cfg = Config::from_gguf(&g)?;
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
-        let tok_embd = WeightRef::load(&g, "token_embd.weight", d, cfg.vocab)?;
+        let tok_embd = WeightRef::load_packed(&g, "token_embd.weight", d, cfg.vocab)?;
         let output = if g.tensor_info("output.weight").is_some() {
-            WeightRef::load(&g, "output.weight", d, cfg.vocab)?
+            WeightRef::load_packed(&g, "output.weight", d, cfg.vocab)?
         } else {
             tok_embd.clone()
         };

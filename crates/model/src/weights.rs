@@ -20,8 +20,10 @@ pub struct WeightRef {
 enum Storage {
     /// Bytes inside the GGUF map, in GGUF's row layout.
     Mapped { start: usize, len: usize },
-    /// Repacked copy (see `tandem_kernels::pack`).
+    /// Repacked Q4_0/Q4_1 copy (see `tandem_kernels::pack`).
     Q4x8(std::sync::Arc<[u8]>),
+    /// Repacked Q8_0 copy (see `tandem_kernels::pack`).
+    Q8x8(std::sync::Arc<[u8]>),
 }
 
 impl WeightRef {
@@ -38,17 +40,23 @@ impl WeightRef {
         Ok(WeightRef { name: name.into(), ty: t.ty, n, k, storage: Storage::Mapped { start, len: data.len() } })
     }
 
-    /// Like [`load`](Self::load), but Q4_0/Q4_1 matrices with a multiple of 8
-    /// rows are repacked into the interleaved layout the batched kernels want,
-    /// and the mapped pages they came from are released.
+    /// Like [`load`](Self::load), but Q4_0/Q4_1 and Q8_0 matrices with a
+    /// multiple of 8 rows are repacked into the interleaved layouts the batched
+    /// kernels want, and the mapped pages they came from are released.
+    /// `TANDEM_NO_REPACK` (any value) turns all repacking off.
     pub fn load_packed(g: &Gguf, name: &str, k: usize, n: usize) -> Result<Self, ModelError> {
         let mut w = Self::load(g, name, k, n)?;
         if std::env::var("TANDEM_NO_REPACK").is_ok() {
             return Ok(w);
         }
         if let Storage::Mapped { start, len } = w.storage {
-            if let Some(p) = tandem_kernels::pack::pack_q4x8(w.ty, n, k, &g.bytes()[start..start + len]) {
-                w.storage = Storage::Q4x8(p.into());
+            let bytes = &g.bytes()[start..start + len];
+            let packed = match w.ty {
+                GgmlType::Q8_0 => tandem_kernels::pack::pack_q8x8(n, k, bytes).map(|p| Storage::Q8x8(p.into())),
+                _ => tandem_kernels::pack::pack_q4x8(w.ty, n, k, bytes).map(|p| Storage::Q4x8(p.into())),
+            };
+            if let Some(p) = packed {
+                w.storage = p;
                 g.release(start..start + len);
             }
         }
@@ -62,6 +70,7 @@ impl WeightRef {
                 Weight::new(&self.name, self.ty, self.n, self.k, &g.bytes()[*start..*start + *len])
             }
             Storage::Q4x8(p) => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
+            Storage::Q8x8(p) => Weight::packed_q8x8(&self.name, self.n, self.k, p),
         }
         .expect("validated at load")
     }

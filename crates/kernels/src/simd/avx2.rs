@@ -389,3 +389,45 @@ pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR],
         _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
     }
 }
+
+/// Packed Q8x8 kernel: MR activation rows × the 8 columns of group `grp`
+/// (see `pack`); mirrors `pack::dot_q8x8_scalar` lane for lane.
+///
+/// The integer part is exact: `maddubs(|w|, sign(a, w))` forms w·a pairs
+/// (|w| ≤ 128, |a| ≤ 127, so a pair is at most 32512 and never saturates),
+/// and each chunk is widened to i32 before it is summed (two chunks could
+/// overflow i16). The float part is one fma per block per (row, column), in
+/// block order, like the twin.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+    use crate::pack::Q8X8_BLOCK;
+    let nb = a[0].len();
+    debug_assert!(grp.len() >= nb * Q8X8_BLOCK);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); MR];
+    for b in 0..nb {
+        let p = grp.as_ptr().add(b * Q8X8_BLOCK);
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+        let mut isum = [_mm256_setzero_si256(); MR];
+        // chunk j holds elements 4j..4j+4 of each column, i.e. activation word j;
+        // the chunk and its absolute value are shared by the MR rows
+        for j in 0..8 {
+            let r = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
+            let ar = _mm256_sign_epi8(r, r);
+            for m in 0..MR {
+                let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                let s = _mm256_maddubs_epi16(ar, _mm256_sign_epi8(av, r));
+                isum[m] = _mm256_add_epi32(isum[m], _mm256_madd_epi16(s, ones));
+            }
+        }
+        for m in 0..MR {
+            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), dd, acc[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+    }
+}

@@ -1,0 +1,61 @@
+use crate::sampling::{Rng, SamplerParams};
+use crate::SpecError;
+
+/// A proposal: tokens, and optionally the distribution each was drawn from
+/// (for exact acceptance at temperature > 0) and a per-token confidence
+/// (estimated probability that the target accepts it, given the ones before).
+#[derive(Debug, Clone, Default)]
+pub struct Draft {
+    pub tokens: Vec<u32>,
+    /// Empty for deterministic drafts; else one sparse distribution per token.
+    pub dists: Vec<Vec<(u32, f32)>>,
+    /// Empty when the drafter has no confidence estimate.
+    pub confidence: Vec<f32>,
+}
+
+impl Draft {
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.dists.clear();
+        self.confidence.clear();
+    }
+    /// Keep the first `k` proposals.
+    pub fn truncate(&mut self, k: usize) {
+        self.tokens.truncate(k);
+        self.dists.truncate(k);
+        self.confidence.truncate(k);
+    }
+}
+
+/// Anything that proposes tokens for the target to verify.
+///
+/// Protocol per cycle: the target has committed `history` (its KV cache holds
+/// exactly these tokens) and chosen `next`; the drafter proposes up to `max`
+/// tokens to follow `history ++ [next]`; after verification [`sync`](Drafter::sync)
+/// is called with the new history and [`feedback`](Drafter::feedback) with the
+/// outcome.
+pub trait Drafter: Send {
+    fn name(&self) -> String;
+
+    /// Largest proposal this drafter can make.
+    fn max_draft(&self) -> usize;
+
+    /// The committed history is now exactly `history` (called at the start of a
+    /// generation, after every cycle, and after any rollback).
+    fn sync(&mut self, history: &[u32]) -> Result<(), SpecError>;
+
+    /// Propose up to `max` tokens after `history ++ [next]`. Drafters that
+    /// sample use `params` and `rng` and fill `out.dists`.
+    fn propose(
+        &mut self,
+        history: &[u32],
+        next: u32,
+        max: usize,
+        params: &SamplerParams,
+        rng: &mut Rng,
+        out: &mut Draft,
+    ) -> Result<(), SpecError>;
+
+    /// Of `proposed` tokens verified, the first `accepted` were accepted.
+    fn feedback(&mut self, _proposed: usize, _accepted: usize) {}
+}

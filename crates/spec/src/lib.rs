@@ -1,0 +1,31 @@
+//! Speculative decoding: a drafter proposes tokens, the target evaluates
+//! `[t, d1..dk]` in one batched forward pass, and the longest agreeing prefix is
+//! committed. Because the model's kernels are batch-invariant, the verify rows
+//! *are* the rows plain decoding would compute: greedy output is bit-identical
+//! to plain greedy decoding and rollback is truncating the KV cache.
+//!
+//! - [`Drafter`]: what n-gram lookup, a draft model, MTP and DSpark implement.
+//! - [`verify`]: acceptance rules (greedy; distribution-exact sampling for
+//!   point-mass and distribution drafts; ds4's opportunistic mode).
+//! - [`Scheduler`]: picks the draft length that maximises expected committed
+//!   tokens per second from measured verify costs and acceptance estimates.
+//! - [`Speculator`]: runs one cycle on a model and its cache.
+
+pub mod draft_model;
+pub mod drafter;
+pub mod ngram;
+pub mod sampling;
+pub mod scheduler;
+pub mod speculator;
+pub mod stats;
+pub mod verify;
+
+pub use draft_model::DraftModel;
+pub use drafter::{Draft, Drafter};
+pub use ngram::NgramDrafter;
+pub use scheduler::{Scheduler, SchedulerConfig};
+pub use speculator::{SpecConfig, SpecError, Speculator};
+pub use stats::SpecStats;
+
+/// Upper bound on tokens drafted per cycle.
+pub const MAX_DRAFT: usize = 32;

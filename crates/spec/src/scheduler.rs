@@ -1,0 +1,249 @@
+//! Adaptive draft length.
+//!
+//! Each cycle the scheduler picks k (0 = a plain step) maximising the expected
+//! committed tokens per second,
+//!
+//! ```text
+//!   E(k) / (T_draft(k) + T_verify(k + 1)),   E(k) = 1 + Σ_{j≤k} Π_{i≤j} α_i
+//! ```
+//!
+//! where T_verify(w) is the measured cost of a forward pass of w positions
+//! (profiled on the first cycle, then tracked with an exponential moving
+//! average) and α_i the probability that draft position i is accepted given the
+//! ones before it: the drafter's confidence where it gives one, else a running
+//! per-position estimate. The decision never looks at the drafted tokens
+//! themselves (only at confidences, which depend on earlier tokens), so
+//! truncation keeps sampling lossless.
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Adaptive (true) or always draft the maximum offered (false).
+    pub adaptive: bool,
+    /// Prior acceptance probability per position before anything is observed.
+    pub prior: f64,
+    /// Weight of a new observation in the moving averages.
+    pub ema: f64,
+    /// After this many consecutive plain steps, draft one probe token anyway so
+    /// the acceptance estimate can recover.
+    pub probe_every: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { adaptive: true, prior: 0.5, ema: 0.1, probe_every: 48 }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    pub cfg: SchedulerConfig,
+    /// Seconds per forward of w positions, index w (0 unused).
+    verify_cost: Vec<f64>,
+    /// Measured widths (others are interpolated).
+    measured: Vec<bool>,
+    /// Seconds per drafted token.
+    draft_cost: f64,
+    /// Conditional acceptance estimate per draft position.
+    alpha: Vec<f64>,
+    plain_streak: usize,
+}
+
+impl Scheduler {
+    pub fn new(cfg: SchedulerConfig, max_width: usize) -> Self {
+        let n = max_width + 1;
+        Scheduler {
+            alpha: vec![cfg.prior; n],
+            cfg,
+            verify_cost: vec![0.0; n + 1],
+            measured: vec![false; n + 1],
+            draft_cost: 0.0,
+            plain_streak: 0,
+        }
+    }
+
+    pub fn has_profile(&self) -> bool {
+        self.measured.get(1).copied().unwrap_or(false)
+    }
+
+    /// Record the measured time of a forward of `width` positions.
+    pub fn observe_verify(&mut self, width: usize, secs: f64) {
+        if width >= self.verify_cost.len() {
+            return;
+        }
+        if self.measured[width] {
+            let a = self.cfg.ema;
+            self.verify_cost[width] = (1.0 - a) * self.verify_cost[width] + a * secs;
+        } else {
+            self.verify_cost[width] = secs;
+            self.measured[width] = true;
+        }
+    }
+
+    pub fn observe_draft(&mut self, tokens: usize, secs: f64) {
+        if tokens > 0 {
+            let per = secs / tokens as f64;
+            let a = self.cfg.ema;
+            self.draft_cost = if self.draft_cost == 0.0 { per } else { (1.0 - a) * self.draft_cost + a * per };
+        }
+    }
+
+    /// Update per-position acceptance from one verified draft.
+    pub fn observe_acceptance(&mut self, verified: usize, accepted: usize) {
+        let a = self.cfg.ema;
+        for i in 0..verified.min(self.alpha.len()) {
+            // position i was reached; it was accepted iff i < accepted
+            let hit = if i < accepted { 1.0 } else { 0.0 };
+            self.alpha[i] = (1.0 - a) * self.alpha[i] + a * hit;
+            if i >= accepted {
+                break;
+            }
+        }
+    }
+
+    /// Cost of a forward of `w` positions: measured, else interpolated linearly
+    /// from the nearest measured widths.
+    pub fn verify_cost(&self, w: usize) -> f64 {
+        let w = w.min(self.verify_cost.len() - 1).max(1);
+        if self.measured[w] {
+            return self.verify_cost[w];
+        }
+        let lo = (1..w).rev().find(|&i| self.measured[i]);
+        let hi = (w + 1..self.verify_cost.len()).find(|&i| self.measured[i]);
+        match (lo, hi) {
+            (Some(l), Some(h)) => {
+                let t = (w - l) as f64 / (h - l) as f64;
+                self.verify_cost[l] * (1.0 - t) + self.verify_cost[h] * t
+            }
+            (Some(l), None) => {
+                // extrapolate with the slope of the last two measured widths
+                let l0 = (1..l).rev().find(|&i| self.measured[i]);
+                let slope = l0.map(|p| (self.verify_cost[l] - self.verify_cost[p]) / (l - p) as f64).unwrap_or(self.verify_cost[l] * 0.3);
+                self.verify_cost[l] + slope * (w - l) as f64
+            }
+            (None, Some(h)) => self.verify_cost[h],
+            (None, None) => 1.0,
+        }
+    }
+
+    /// Expected committed tokens per second with k drafts and the given
+    /// conditional acceptance probabilities.
+    fn rate(&self, k: usize, alpha: &[f64]) -> f64 {
+        let mut e = 1.0;
+        let mut surv = 1.0;
+        for a in alpha.iter().take(k) {
+            surv *= a;
+            e += surv;
+        }
+        e / (self.draft_cost * k as f64 + self.verify_cost(k + 1))
+    }
+
+    /// How many tokens to ask the drafter for (before any are drafted).
+    pub fn budget(&mut self, offered: usize) -> usize {
+        if offered == 0 {
+            return 0;
+        }
+        if !self.cfg.adaptive {
+            return offered;
+        }
+        let k = self.best(offered, &self.alpha.clone());
+        if k == 0 {
+            self.plain_streak += 1;
+            if self.plain_streak >= self.cfg.probe_every {
+                self.plain_streak = 0;
+                return 1;
+            }
+        } else {
+            self.plain_streak = 0;
+        }
+        k
+    }
+
+    /// Final length once the draft is known, from its confidences (if any):
+    /// scan left to right and stop at the first k whose rate does not improve.
+    pub fn truncate(&self, drafted: usize, confidence: &[f32]) -> usize {
+        if !self.cfg.adaptive || confidence.is_empty() {
+            return drafted;
+        }
+        let alpha: Vec<f64> = confidence.iter().take(drafted).map(|&c| c.clamp(0.0, 1.0) as f64).collect();
+        self.best(drafted, &alpha)
+    }
+
+    /// Greedy scan: extend k while the rate improves (stops at the first
+    /// non-improvement, which keeps the choice lossless).
+    fn best(&self, max: usize, alpha: &[f64]) -> usize {
+        let mut k = 0;
+        let mut r = self.rate(0, alpha);
+        while k < max.min(alpha.len()) {
+            let r2 = self.rate(k + 1, alpha);
+            if r2 <= r {
+                break;
+            }
+            k += 1;
+            r = r2;
+        }
+        k
+    }
+
+    pub fn alpha(&self) -> &[f64] {
+        &self.alpha
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched() -> Scheduler {
+        let mut s = Scheduler::new(SchedulerConfig::default(), 8);
+        for w in 1..=9 {
+            s.observe_verify(w, 0.010 * (1.0 + 0.25 * (w - 1) as f64));
+        }
+        s
+    }
+
+    #[test]
+    fn backs_off_when_drafts_fail() {
+        let mut s = sched();
+        assert!(s.budget(8) > 0, "optimistic prior drafts");
+        for _ in 0..100 {
+            s.observe_acceptance(4, 0);
+        }
+        assert_eq!(s.budget(8), 0);
+    }
+
+    #[test]
+    fn drafts_long_when_drafts_succeed() {
+        let mut s = sched();
+        for _ in 0..100 {
+            s.observe_acceptance(8, 8);
+        }
+        assert_eq!(s.budget(8), 8);
+    }
+
+    #[test]
+    fn probes_after_a_long_plain_streak() {
+        let mut s = sched();
+        for _ in 0..100 {
+            s.observe_acceptance(4, 0);
+        }
+        let probes = (0..96).filter(|_| s.budget(8) > 0).count();
+        assert_eq!(probes, 2);
+    }
+
+    #[test]
+    fn confidence_truncation() {
+        let s = sched();
+        assert_eq!(s.truncate(5, &[0.95, 0.9, 0.05, 0.9, 0.9]), 2);
+        assert_eq!(s.truncate(3, &[]), 3);
+    }
+
+    #[test]
+    fn interpolates_costs() {
+        let mut s = Scheduler::new(SchedulerConfig::default(), 16);
+        s.observe_verify(1, 1.0);
+        s.observe_verify(5, 2.0);
+        assert!((s.verify_cost(3) - 1.5).abs() < 1e-9);
+        assert!((s.verify_cost(9) - 3.0).abs() < 1e-9);
+    }
+}

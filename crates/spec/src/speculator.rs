@@ -1,0 +1,205 @@
+//! One speculative cycle on a target model and its cache.
+
+use std::time::Instant;
+
+use tandem_kernels::ThreadPool;
+use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
+
+use crate::drafter::{Draft, Drafter};
+use crate::sampling::Sampler;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::stats::SpecStats;
+use crate::verify;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("{0}")]
+    BadOption(String),
+    #[error("draft model vocabulary does not match the target: {0}")]
+    VocabMismatch(String),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("drafter: {0}")]
+    Drafter(String),
+}
+
+/// Speculation settings.
+#[derive(Debug, Clone)]
+pub struct SpecConfig {
+    /// Most tokens drafted per cycle.
+    pub max_draft: usize,
+    /// Scheduler settings (adaptive length by default).
+    pub scheduler: SchedulerConfig,
+    /// ds4's faster, NOT distribution-exact acceptance at temperature > 0.
+    pub opportunistic: bool,
+    /// Print one line per cycle on stderr.
+    pub log: bool,
+}
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        SpecConfig {
+            max_draft: 8,
+            scheduler: SchedulerConfig::default(),
+            opportunistic: false,
+            log: std::env::var("TANDEM_SPEC_LOG").map(|v| v == "1").unwrap_or(false),
+        }
+    }
+}
+
+/// Drafter + scheduler + statistics, and the target token chosen at the end of
+/// the previous cycle but not yet emitted.
+pub struct Speculator {
+    drafter: Box<dyn Drafter>,
+    pub sched: Scheduler,
+    pub stats: SpecStats,
+    cfg: SpecConfig,
+    pending: Option<u32>,
+    draft: Draft,
+    out: ForwardOutput,
+}
+
+impl Speculator {
+    pub fn new(drafter: Box<dyn Drafter>, cfg: SpecConfig) -> Result<Self, SpecError> {
+        if cfg.max_draft == 0 || cfg.max_draft > crate::MAX_DRAFT {
+            return Err(SpecError::BadOption(format!("draft length {}: need 1..={}", cfg.max_draft, crate::MAX_DRAFT)));
+        }
+        let sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
+        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), out: ForwardOutput::default() })
+    }
+
+    pub fn drafter_name(&self) -> String {
+        self.drafter.name()
+    }
+
+    pub fn config(&self) -> &SpecConfig {
+        &self.cfg
+    }
+
+    /// Start a generation over `history` (drops any pending token from an
+    /// earlier generation).
+    pub fn begin(&mut self, history: &[u32]) -> Result<(), SpecError> {
+        self.pending = None;
+        self.drafter.sync(history)
+    }
+
+    /// Measure the cost of forward passes of a few widths at the current
+    /// context (the cache is restored afterwards).
+    fn profile(&mut self, model: &Model, pool: &ThreadPool, cache: &mut KvCache, tok: u32) -> Result<(), SpecError> {
+        let base = cache.len();
+        let maxw = (self.cfg.max_draft + 1).min(cache.ctx() - base);
+        let mut widths: Vec<usize> = [1, 2, 3, 5, 9, 17, 33].into_iter().filter(|&w| w <= maxw).collect();
+        if !widths.contains(&maxw) {
+            widths.push(maxw);
+        }
+        for &w in &widths {
+            let toks = vec![tok; w];
+            let mut best = f64::INFINITY;
+            for _ in 0..2 {
+                let t0 = Instant::now();
+                model.forward(pool, cache, &toks, &LogitRows::All, &[], &mut self.out)?;
+                best = best.min(t0.elapsed().as_secs_f64());
+                cache.truncate(base);
+            }
+            self.sched.observe_verify(w, best);
+        }
+        Ok(())
+    }
+
+    /// Run one cycle. On entry `cache` holds `history` and `logits` are the
+    /// target's logits after it. Appends the emitted tokens to `emitted`
+    /// (1 + accepted). Returns false when the first token was emitted without
+    /// being evaluated (end of generation, token budget or context reached): the
+    /// caller must stop.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cycle(
+        &mut self,
+        model: &Model,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        history: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+        sampler: &mut Sampler,
+        remaining: usize,
+        is_eog: &dyn Fn(u32) -> bool,
+        emitted: &mut Vec<u32>,
+    ) -> Result<bool, SpecError> {
+        let t = match self.pending.take() {
+            Some(t) => t,
+            None => sampler.sample(logits),
+        };
+        emitted.push(t);
+        if is_eog(t) || remaining <= 1 || cache.len() + 1 > cache.ctx() {
+            return Ok(false);
+        }
+        if self.cfg.scheduler.adaptive && !self.sched.has_profile() {
+            self.profile(model, pool, cache, t)?;
+            self.stats.plain_step_secs = self.sched.verify_cost(1);
+        }
+        let room = (remaining - 1).min(cache.ctx() - cache.len() - 1).min(self.cfg.max_draft).min(self.drafter.max_draft());
+        let budget = self.sched.budget(room);
+        self.draft.clear();
+        let mut draft_secs = 0.0;
+        if budget > 0 {
+            let t0 = Instant::now();
+            let params = sampler.params.clone();
+            self.drafter.propose(history, t, budget, &params, sampler.rng(), &mut self.draft)?;
+            draft_secs = t0.elapsed().as_secs_f64();
+            self.draft.truncate(budget);
+            self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
+        }
+        let proposed = self.draft.tokens.len();
+        let k = self.sched.truncate(proposed, &self.draft.confidence);
+        self.draft.truncate(k);
+
+        let base = cache.len();
+        let mut toks = Vec::with_capacity(k + 1);
+        toks.push(t);
+        toks.extend_from_slice(&self.draft.tokens);
+        let t1 = Instant::now();
+        model.forward(pool, cache, &toks, &LogitRows::All, &[], &mut self.out)?;
+        let verify_secs = t1.elapsed().as_secs_f64();
+        self.sched.observe_verify(k + 1, verify_secs);
+        if self.stats.plain_step_secs == 0.0 {
+            self.stats.plain_step_secs = self.sched.verify_cost(1);
+        }
+
+        let rows: Vec<&[f32]> = (0..=k).map(|i| self.out.logits_row(i)).collect();
+        let v = if sampler.params.is_greedy() {
+            verify::greedy(&rows, &self.draft.tokens)
+        } else if self.cfg.opportunistic {
+            verify::opportunistic(&rows, &self.draft.tokens, sampler)
+        } else {
+            verify::sampled(&rows, &self.draft.tokens, &self.draft.dists, sampler)
+        };
+        let (mut a, mut next) = (v.accepted, v.next);
+        // an accepted end-of-generation token ends the stream there
+        if let Some(j) = self.draft.tokens[..a].iter().position(|&x| is_eog(x)) {
+            a = j;
+            next = self.draft.tokens[j];
+        }
+        cache.truncate(base + 1 + a);
+        history.push(t);
+        history.extend_from_slice(&self.draft.tokens[..a]);
+        logits.clear();
+        logits.extend_from_slice(rows[a]);
+        emitted.extend_from_slice(&self.draft.tokens[..a]);
+        self.pending = Some(next);
+
+        self.drafter.sync(history)?;
+        self.drafter.feedback(k, a);
+        if k > 0 {
+            self.sched.observe_acceptance(k, a);
+        }
+        self.stats.record(proposed, k, a, draft_secs, verify_secs);
+        if self.cfg.log {
+            eprintln!(
+                "spec cycle pos={base} proposed={proposed} drafted={k} accepted={a} committed={} draft_ms={:.2} verify_ms={:.2}",
+                a + 1,
+                draft_secs * 1e3,
+                verify_secs * 1e3
+            );
+        }
+        Ok(true)
+    }
+}

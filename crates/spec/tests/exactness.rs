@@ -1,0 +1,152 @@
+//! Exactness of speculative decoding on small random models: at temperature 0
+//! the committed stream equals plain greedy decoding for every drafter, draft
+//! length (1..=16), scheduling mode and thread count.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tandem_gguf::{GgmlType, Gguf};
+use tandem_kernels::ThreadPool;
+use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
+use tandem_model::{ForwardOutput, LogitRows, Model};
+use tandem_spec::drafter::{Draft, Drafter};
+use tandem_spec::sampling::{argmax, Rng, Sampler, SamplerParams};
+use tandem_spec::{DraftModel, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
+
+fn model(seed: u64, ty: GgmlType, n_layer: usize) -> Arc<Model> {
+    let spec = SyntheticSpec { seed, ty, n_layer, ..Default::default() };
+    Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap())
+}
+
+fn plain_greedy(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut cache = m.new_cache(512);
+    let mut out = ForwardOutput::default();
+    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &[], &mut out).unwrap();
+    let mut res = vec![];
+    for _ in 0..n {
+        let t = argmax(out.logits_row(0));
+        res.push(t);
+        m.forward(pool, &mut cache, &[t], &LogitRows::Last, &[], &mut out).unwrap();
+    }
+    res
+}
+
+fn spec_greedy(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut Speculator) -> Vec<u32> {
+    let mut cache = m.new_cache(512);
+    let mut out = ForwardOutput::default();
+    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &[], &mut out).unwrap();
+    let mut history = prompt.to_vec();
+    let mut logits = out.logits_row(0).to_vec();
+    let mut sampler = Sampler::new(SamplerParams::greedy());
+    sp.begin(&history).unwrap();
+    let mut res = vec![];
+    let mut emitted = vec![];
+    while res.len() < n {
+        emitted.clear();
+        let fed = sp
+            .cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted)
+            .unwrap();
+        res.extend_from_slice(&emitted);
+        assert_eq!(cache.len(), history.len(), "cache holds exactly the committed history");
+        if !fed {
+            break;
+        }
+    }
+    res
+}
+
+/// Proposes the true continuation, corrupted at random positions.
+struct Oracle {
+    truth: Vec<u32>,
+    prompt_len: usize,
+    rng: Rng,
+    corrupt: f64,
+    k: usize,
+}
+
+impl Drafter for Oracle {
+    fn name(&self) -> String {
+        "oracle".into()
+    }
+    fn max_draft(&self) -> usize {
+        self.k
+    }
+    fn sync(&mut self, _h: &[u32]) -> Result<(), SpecError> {
+        Ok(())
+    }
+    fn propose(&mut self, history: &[u32], _next: u32, max: usize, _p: &SamplerParams, _r: &mut Rng, out: &mut Draft) -> Result<(), SpecError> {
+        out.clear();
+        let start = history.len() + 1 - self.prompt_len;
+        for i in 0..max {
+            let Some(&t) = self.truth.get(start + i) else { break };
+            let t = if self.rng.uniform() < self.corrupt { (t + 1 + (self.rng.next_u64() % 50) as u32) % 320 } else { t };
+            out.tokens.push(t);
+            out.confidence.push(self.rng.uniform() as f32);
+        }
+        Ok(())
+    }
+}
+
+fn cfg(k: usize, adaptive: bool) -> SpecConfig {
+    SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, ..Default::default() }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+    #[test]
+    fn greedy_speculation_equals_plain(seed in 1u64..10_000, k in 1usize..=16, adaptive in any::<bool>(),
+                                       corrupt in 0.0f64..0.6, plen in 1usize..24, q8 in any::<bool>()) {
+        let ty = if q8 { GgmlType::Q8_0 } else { GgmlType::Q4_1 };
+        let m = model(seed, ty, 2);
+        let prompt: Vec<u32> = (0..plen).map(|i| 4 + ((i as u64 * 97 + seed) % 300) as u32).collect();
+        let n = 40;
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let want = plain_greedy(&m, &pool, &prompt, n);
+            // oracle with corruption: partial acceptance at every position
+            let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed), corrupt, k };
+            let mut sp = Speculator::new(Box::new(oracle), cfg(k, adaptive)).unwrap();
+            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "oracle k={} threads={}", k, threads);
+            // n-gram lookup
+            let mut sp = Speculator::new(Box::new(NgramDrafter::new(1, 4, k).unwrap()), cfg(k, adaptive)).unwrap();
+            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "lookup k={}", k);
+            // a different model of the same vocabulary as draft model
+            let dm = DraftModel::new(model(seed + 1, ty, 1), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
+            let mut sp = Speculator::new(Box::new(dm), cfg(k, adaptive)).unwrap();
+            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "draft model k={}", k);
+        }
+    }
+}
+
+#[test]
+fn target_as_its_own_draft_model_accepts_everything() {
+    let m = model(7, GgmlType::Q8_0, 2);
+    let pool = ThreadPool::new(2);
+    let prompt = [5u32, 6, 7, 8];
+    let want = plain_greedy(&m, &pool, &prompt, 48);
+    for k in [1, 4, 8, 16] {
+        let dm = DraftModel::new(m.clone(), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
+        let mut sp = Speculator::new(Box::new(dm), cfg(k, false)).unwrap();
+        assert_eq!(spec_greedy(&m, &pool, &prompt, 48, &mut sp), want);
+        let st = &sp.stats;
+        assert_eq!(st.accepted, st.drafted, "k={k}: every draft accepted");
+        assert!(st.mean_committed() > 1.0);
+    }
+}
+
+#[test]
+fn bad_options_are_errors() {
+    let m = model(3, GgmlType::Q8_0, 1);
+    let other = Arc::new(
+        Model::from_gguf(Arc::new(
+            Gguf::from_bytes(synthetic_llama(&SyntheticSpec { vocab: 400, ..Default::default() })).unwrap(),
+        ))
+        .unwrap(),
+    );
+    assert!(matches!(
+        DraftModel::new(other, Arc::new(ThreadPool::new(1)), m.cfg.vocab, 64, 4),
+        Err(SpecError::VocabMismatch(_))
+    ));
+    assert!(Speculator::new(Box::new(NgramDrafter::new(1, 2, 4).unwrap()), cfg(0, true)).is_err());
+    assert!(Speculator::new(Box::new(NgramDrafter::new(1, 2, 4).unwrap()), cfg(1000, true)).is_err());
+}
