@@ -32,6 +32,9 @@ pub enum Cmd {
     Perplexity(PerplexityArgs),
     /// Download the default model into models/ (verifies its sha256).
     Fetch,
+    /// Run a speculative generation, replay the committed tokens through plain
+    /// decoding, and report the first divergence and the logit differences.
+    VerifySpec(VerifySpecArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -81,9 +84,58 @@ pub struct RunArgs {
     /// System prompt for the chat template (default: the template's own).
     #[arg(long)]
     pub system: Option<String>,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// More log output on stderr.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+}
+
+/// Speculative decoding options.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SpecArgs {
+    /// Speculate with n-gram prompt lookup over prompt and generated text.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub lookup: bool,
+    /// Smallest n-gram the lookup matches.
+    #[arg(long, default_value_t = 1, help_heading = "Speculative decoding")]
+    pub lookup_ngram_min: usize,
+    /// Largest n-gram the lookup matches (longest match wins).
+    #[arg(long, default_value_t = 4, help_heading = "Speculative decoding")]
+    pub lookup_ngram_max: usize,
+    /// Speculate with a separate draft model (must share the target's vocabulary).
+    #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
+    pub draft_model: Option<PathBuf>,
+    /// Most tokens drafted per cycle (1..=32; default 10 for lookup, 6 for a draft model).
+    #[arg(long = "draft-max", alias = "spec-draft", help_heading = "Speculative decoding")]
+    pub draft_max: Option<usize>,
+    /// Always draft the maximum instead of the adaptive length.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub spec_fixed: bool,
+    /// At temperature > 0, commit drafts that match the target's argmax without
+    /// sampling (ds4's faster mode). NOT distribution-exact: the output no longer
+    /// follows the sampling distribution exactly.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub spec_opportunistic: bool,
+    /// Print speculative statistics at the end.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub spec_stats: bool,
+    /// One line per speculative cycle on stderr (also TANDEM_SPEC_LOG=1).
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub spec_log: bool,
+}
+
+impl SpecArgs {
+    pub fn options(&self) -> tandem_engine::SpecOptions {
+        tandem_engine::SpecOptions {
+            lookup: self.lookup.then_some((self.lookup_ngram_min, self.lookup_ngram_max)),
+            draft_model: self.draft_model.clone(),
+            max_draft: self.draft_max,
+            fixed_length: self.spec_fixed,
+            opportunistic: self.spec_opportunistic,
+            log: self.spec_log,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -105,6 +157,35 @@ pub struct BenchArgs {
     /// Print a JSON summary instead of CSV.
     #[arg(long)]
     pub json: bool,
+    /// Benchmark plain vs speculative decoding on a prompt file (JSONL with
+    /// `id`, `category` and `user` or `raw`), with the drafter given by the
+    /// speculative options.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub prompts: Option<PathBuf>,
+    /// Tokens generated per prompt in --prompts mode.
+    #[arg(long, default_value_t = 128)]
+    pub n_predict: usize,
+    /// Output directory for --prompts results (CSV and SVG).
+    #[arg(long, default_value = "bench-out")]
+    pub out_dir: PathBuf,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct VerifySpecArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt (chat template applied unless --raw).
+    #[arg(short = 'p', long = "prompt")]
+    pub prompt: String,
+    #[arg(long)]
+    pub raw: bool,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    pub n_predict: usize,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 #[derive(Args, Debug, Clone)]

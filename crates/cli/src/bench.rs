@@ -1,13 +1,20 @@
 //! `tandem bench` and `tandem perplexity`.
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use tandem_engine::bench::{batch_costs, bench_frontier, BenchRow};
+use tandem_engine::fetch::DEFAULT_MODEL;
 use tandem_engine::perplexity::perplexity;
+use tandem_engine::prompts::{load_prompts, run_prompt_bench};
 
 use crate::args::{BenchArgs, PerplexityArgs};
 
 pub fn run(a: &BenchArgs) -> Result<()> {
+    if let Some(path) = &a.prompts {
+        return run_prompts(a, path);
+    }
     let engine = crate::load_engine(&a.model)?;
     // warm up: page in the weights, spin up the pool
     bench_frontier(&engine, 8, 4, 1)?;
@@ -37,6 +44,79 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             "batch_costs_at_ctx128": costs,
         });
         println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    Ok(())
+}
+
+/// `tandem bench --prompts FILE`: plain vs speculative decoding per prompt.
+fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
+    let prompts = load_prompts(path)?;
+    let opts = a.spec.options();
+    let engine = crate::load_engine(&a.model)?;
+    let model = match &a.model.model {
+        Some(p) => p.file_stem().unwrap_or_default().to_string_lossy().into_owned(),
+        None => DEFAULT_MODEL.file_name.trim_end_matches(".gguf").to_string(),
+    };
+    if !opts.enabled() {
+        eprintln!("no drafter (--lookup or --draft-model): measuring plain decoding only");
+    }
+    eprintln!("{} prompts from {}, {} tokens each, greedy", prompts.len(), path.display(), a.n_predict);
+    let pb = ProgressBar::new(prompts.len() as u64);
+    pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} prompts {msg} [{elapsed_precise}<{eta_precise}]").unwrap());
+    let report = run_prompt_bench(&engine, &prompts, a.n_predict, &opts, None, |i, _, r| {
+        pb.set_position(i as u64 + 1);
+        let spd = r.speedup.map(|x| format!(" {x:.2}x")).unwrap_or_default();
+        pb.set_message(format!("{}{spd}", r.id));
+        if r.identical == Some(false) {
+            pb.suspend(|| eprintln!("MISMATCH: prompt {} speculative output differs from plain at token {}", r.id, r.first_mismatch.unwrap_or(0)));
+        }
+    })?;
+    pb.finish_and_clear();
+
+    std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
+    let csv_path = a.out_dir.join("prompts.csv");
+    std::fs::write(&csv_path, report.csv()).with_context(|| format!("writing {}", csv_path.display()))?;
+    let mut written = vec![csv_path];
+    if let Some(svg) = report.svg(&model) {
+        let svg_path = a.out_dir.join("speedup.svg");
+        std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
+        written.push(svg_path);
+    }
+    let json_path = a.out_dir.join("prompts.json");
+    let summary = serde_json::json!({
+        "model": model,
+        "arch": engine.model.cfg.arch,
+        "prompts_file": path,
+        "simd": format!("{:?}", tandem_kernels::simd_level()),
+        "report": report,
+    });
+    let json = serde_json::to_string_pretty(&summary)?;
+    std::fs::write(&json_path, &json).with_context(|| format!("writing {}", json_path.display()))?;
+    written.push(json_path);
+
+    let drafter = report.drafter.clone().unwrap_or_else(|| "none".into());
+    if a.json {
+        eprint!("{}", report.table());
+        println!("{json}");
+    } else {
+        println!("model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}\n", report.threads, report.n_predict, report.ctx);
+        print!("{}", report.table());
+    }
+    if let Some(st) = &report.spec_stats {
+        eprintln!("{}", st.report());
+    }
+    eprintln!("wrote {}", written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    let bad = report.mismatches();
+    if !bad.is_empty() {
+        let ids: Vec<String> = bad.iter().map(|r| format!("{}@{}", r.id, r.first_mismatch.unwrap_or(0))).collect();
+        let msg = format!(
+            "!!! EXACTNESS FAILURE: speculative output differs from plain on {}/{} prompts: {} !!!",
+            bad.len(),
+            report.rows.len(),
+            ids.join(" ")
+        );
+        println!("{msg}");
+        anyhow::bail!("{msg}");
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use tandem_engine::{Engine, GenParams, GenStats, SamplerParams, Session};
+use tandem_engine::{Engine, GenParams, GenStats, SamplerParams, Session, Speculator};
 use tandem_tokenizer::ChatMessage;
 
 use crate::args::RunArgs;
@@ -56,12 +56,12 @@ fn print_stats(s: &GenStats) {
     );
 }
 
-fn generate(session: &mut Session, prompt: &[u32], p: &GenParams) -> Result<(String, GenStats)> {
+fn generate(session: &mut Session, spec: &mut Option<Speculator>, prompt: &[u32], p: &GenParams) -> Result<(String, GenStats)> {
     let mut text = String::new();
     let stdout = std::io::stdout();
     CANCEL.store(false, Ordering::SeqCst);
     GENERATING.store(true, Ordering::SeqCst);
-    let r = session.generate(prompt, p, Some(&CANCEL), |_, piece| {
+    let r = session.generate_with(prompt, p, spec.as_mut(), Some(&CANCEL), |_, piece| {
         let mut out = stdout.lock();
         let _ = out.write_all(piece.as_bytes());
         let _ = out.flush();
@@ -86,6 +86,10 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let engine = crate::load_engine(&a.model)?;
     let ctx = a.ctx.unwrap_or(engine.model.cfg.ctx_train);
     let mut session = engine.new_session(ctx);
+    let mut spec = engine.speculator(&a.spec.options(), ctx)?;
+    if let Some(sp) = &spec {
+        eprintln!("speculative decoding: {}", sp.drafter_name());
+    }
     install_ctrlc();
     let p = params(a);
 
@@ -101,17 +105,24 @@ pub fn run(a: &RunArgs) -> Result<()> {
             engine.render_chat(&messages_with_system(a, &[ChatMessage::new("user", text)]))?
         };
         let ids = engine.tokenize_prompt(&rendered);
-        let (_, stats) = generate(&mut session, &ids, &p)?;
+        let (_, stats) = generate(&mut session, &mut spec, &ids, &p)?;
         println!();
         print_stats(&stats);
+        print_spec_stats(a, &spec);
         return Ok(());
     }
-    interactive(a, &engine, &mut session, &p)
+    interactive(a, &engine, &mut session, &mut spec, &p)
 }
 
 const HELP: &str = "commands: /help  this text · /reset  forget the conversation · /quit  leave (or Ctrl-D)\nCtrl-C stops the current answer.";
 
-fn interactive(a: &RunArgs, engine: &Arc<Engine>, session: &mut Session, p: &GenParams) -> Result<()> {
+fn print_spec_stats(a: &RunArgs, spec: &Option<Speculator>) {
+    if let (true, Some(sp)) = (a.spec.spec_stats, spec) {
+        eprintln!("{}", sp.stats.report());
+    }
+}
+
+fn interactive(a: &RunArgs, engine: &Arc<Engine>, session: &mut Session, spec: &mut Option<Speculator>, p: &GenParams) -> Result<()> {
     eprintln!("interactive chat. {HELP}");
     let stdin = std::io::stdin();
     let mut history: Vec<ChatMessage> = Vec::new();
@@ -156,9 +167,10 @@ fn interactive(a: &RunArgs, engine: &Arc<Engine>, session: &mut Session, p: &Gen
             history.pop();
             continue;
         }
-        let (answer, stats) = generate(session, &ids, p)?;
+        let (answer, stats) = generate(session, spec, &ids, p)?;
         println!();
         print_stats(&stats);
+        print_spec_stats(a, spec);
         history.push(ChatMessage::new("assistant", answer));
     }
 }

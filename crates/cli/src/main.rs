@@ -7,6 +7,7 @@ mod args;
 mod bench;
 mod chat;
 mod inspect;
+mod verify;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Inspect { file, all }) => inspect::run(&file, all),
         Some(Cmd::Bench(b)) => bench::run(&b),
         Some(Cmd::Perplexity(p)) => bench::perplexity_cmd(&p),
+        Some(Cmd::VerifySpec(v)) => verify::run(&v),
         Some(Cmd::Fetch) => {
             let p = ensure_model(&DEFAULT_MODEL, &models_dir(), true)?;
             eprintln!("model ready: {}", p.display());

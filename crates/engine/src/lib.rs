@@ -6,9 +6,13 @@
 pub mod bench;
 pub mod fetch;
 pub mod perplexity;
+pub mod prompts;
 mod session;
+pub mod speculation;
 
 /// Sampling lives with speculation (exact acceptance needs the final distribution).
 pub use tandem_spec::sampling;
 pub use tandem_spec::sampling::{Sampler, SamplerParams};
+pub use speculation::SpecOptions;
+pub use tandem_spec::{SpecStats, Speculator};
 pub use session::{Engine, EngineError, GenParams, GenStats, Session, StopReason};

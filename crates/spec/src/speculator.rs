@@ -57,6 +57,8 @@ pub struct Speculator {
     pending: Option<u32>,
     draft: Draft,
     out: ForwardOutput,
+    /// When tracing: the logits each emitted token was chosen from.
+    trace: Option<Vec<Vec<f32>>>,
 }
 
 impl Speculator {
@@ -65,7 +67,7 @@ impl Speculator {
             return Err(SpecError::BadOption(format!("draft length {}: need 1..={}", cfg.max_draft, crate::MAX_DRAFT)));
         }
         let sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
-        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), out: ForwardOutput::default() })
+        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), out: ForwardOutput::default(), trace: None })
     }
 
     pub fn drafter_name(&self) -> String {
@@ -74,6 +76,16 @@ impl Speculator {
 
     pub fn config(&self) -> &SpecConfig {
         &self.cfg
+    }
+
+    /// Record, for every emitted token, the logits row it was chosen from
+    /// (for `verify-spec`).
+    pub fn trace(&mut self, on: bool) {
+        self.trace = on.then(Vec::new);
+    }
+
+    pub fn take_trace(&mut self) -> Vec<Vec<f32>> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Start a generation over `history` (drops any pending token from an
@@ -129,6 +141,9 @@ impl Speculator {
             None => sampler.sample(logits),
         };
         emitted.push(t);
+        if let Some(tr) = &mut self.trace {
+            tr.push(logits.clone());
+        }
         if is_eog(t) || remaining <= 1 || cache.len() + 1 > cache.ctx() {
             return Ok(false);
         }
@@ -184,14 +199,19 @@ impl Speculator {
         logits.clear();
         logits.extend_from_slice(rows[a]);
         emitted.extend_from_slice(&self.draft.tokens[..a]);
+        if let Some(tr) = &mut self.trace {
+            tr.extend(rows[..a].iter().map(|r| r.to_vec()));
+        }
         self.pending = Some(next);
 
         self.drafter.sync(history)?;
-        self.drafter.feedback(k, a);
+        // statistics count what verification accepted (an accepted end token
+        // included), even when the commit stops at that end token
+        self.drafter.feedback(k, v.accepted);
         if k > 0 {
-            self.sched.observe_acceptance(k, a);
+            self.sched.observe_acceptance(k, v.accepted);
         }
-        self.stats.record(proposed, k, a, draft_secs, verify_secs);
+        self.stats.record(proposed, k, v.accepted, draft_secs, verify_secs);
         if self.cfg.log {
             eprintln!(
                 "spec cycle pos={base} proposed={proposed} drafted={k} accepted={a} committed={} draft_ms={:.2} verify_ms={:.2}",

@@ -1,0 +1,47 @@
+//! Speculative greedy decoding on the default model: every shared dev prompt
+//! gives output identical to plain decoding with `--lookup` and with
+//! `--draft-model <the target itself>` (whose drafts are then all accepted).
+
+mod common;
+
+use tandem_engine::{GenParams, SamplerParams, Session, SpecOptions};
+use tandem_tokenizer::ChatMessage;
+
+#[test]
+fn dev_prompts_identical_with_lookup_and_draft_model() {
+    let engine = common::engine(2);
+    let file = common::read_jsonl(&common::shared_dir().join("bench/prompts-dev.jsonl"));
+    let n = if common::slow_tests() { 96 } else { 32 };
+    let params = GenParams { max_tokens: n, sampler: SamplerParams::greedy() };
+    let lookup = SpecOptions { lookup: Some((1, 4)), ..Default::default() };
+    let self_draft = SpecOptions { draft_model: Some(common::model_path()), max_draft: Some(4), ..Default::default() };
+    let mut lk = engine.speculator(&lookup, 2048).unwrap().unwrap();
+    let mut dm = engine.speculator(&self_draft, 2048).unwrap().unwrap();
+    for p in &file {
+        let id = p["id"].as_str().unwrap();
+        let text = match (p.get("user"), p.get("raw")) {
+            (Some(u), _) => engine.render_chat(&[ChatMessage::new("user", u.as_str().unwrap())]).unwrap(),
+            (None, Some(r)) => r.as_str().unwrap().to_string(),
+            _ => panic!("{id}: no user/raw"),
+        };
+        let prompt = engine.tokenize_prompt(&text);
+        let run = |sp: Option<&mut tandem_engine::Speculator>| {
+            let mut s = Session::new(engine.clone(), 2048);
+            let mut out = vec![];
+            s.generate_with(&prompt, &params, sp, None, |id, _| {
+                out.push(id);
+                true
+            })
+            .unwrap();
+            out
+        };
+        let plain = run(None);
+        assert_eq!(run(Some(&mut lk)), plain, "{id}: lookup output differs from plain");
+        let before = dm.stats.clone();
+        assert_eq!(run(Some(&mut dm)), plain, "{id}: draft-model output differs from plain");
+        let (d, a) = (dm.stats.drafted - before.drafted, dm.stats.accepted - before.accepted);
+        assert_eq!(d, a, "{id}: the target drafting for itself must have every draft accepted");
+    }
+    println!("lookup: {}", lk.stats.report());
+    println!("self draft: {}", dm.stats.report());
+}
