@@ -163,7 +163,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE.jsonl")]
     pub prompts: Option<PathBuf>,
     /// Tokens generated per prompt in --prompts mode.
-    #[arg(long, default_value_t = 128)]
+    #[arg(short = 'n', long, default_value_t = 128)]
     pub n_predict: usize,
     /// Output directory for --prompts results (CSV and SVG).
     #[arg(long, default_value = "bench-out")]

@@ -103,3 +103,47 @@ fn bad_model_files_give_clear_errors() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn bad_speculative_options_give_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let other = dir.join("other-vocab.gguf");
+    std::fs::write(&other, tandem_model::synthetic::synthetic_llama(&Default::default())).unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--lookup", "--draft-max", "0"], "draft length 0"),
+        (vec!["--lookup", "--draft-max", "1000"], "draft length 1000"),
+        (vec!["--lookup", "--lookup-ngram-min", "3", "--lookup-ngram-max", "2"], "n-gram sizes"),
+        (vec!["--draft-model", "/nonexistent/draft.gguf"], "draft model not found"),
+        (vec!["--draft-model", other.to_str().unwrap()], "vocabulary"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["-p", "hi", "-n", "4", "--temp", "0"];
+        args.extend(extra.iter());
+        let out = tandem().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn lookup_output_equals_plain_and_stats_are_printed() {
+    let base = ["-p", "Repeat exactly: red green blue, red green blue, red green blue.", "-n", "40", "--temp", "0"];
+    let (plain, _) = run_ok(&base);
+    let mut args = base.to_vec();
+    args.extend(["--lookup", "--spec-stats", "--spec-log"]);
+    let (spec, err) = run_ok(&args);
+    assert_eq!(plain, spec);
+    assert!(err.contains("spec: cycles"), "{err}");
+    assert!(err.contains("spec cycle pos="), "{err}");
+}
+
+#[test]
+fn verify_spec_reports_no_divergence() {
+    let (out, _) = run_ok(&["verify-spec", "-p", "Name the planets in order.", "-n", "32", "--lookup"]);
+    assert!(out.contains("no divergence"), "{out}");
+    assert!(out.contains("differ in any bit: 0"), "{out}");
+}
