@@ -15,6 +15,9 @@
 //! themselves (only at confidences, which depend on earlier tokens), so
 //! truncation keeps sampling lossless.
 
+/// Relative gain in expected tokens per second a longer draft must promise.
+pub const MIN_GAIN: f64 = 0.02;
+
 /// Settings.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -31,7 +34,7 @@ pub struct SchedulerConfig {
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { adaptive: true, prior: 0.5, ema: 0.1, probe_every: 48 }
+        SchedulerConfig { adaptive: true, prior: 0.5, ema: 0.1, probe_every: 128 }
     }
 }
 
@@ -169,14 +172,15 @@ impl Scheduler {
         self.best(drafted, &alpha)
     }
 
-    /// Greedy scan: extend k while the rate improves (stops at the first
-    /// non-improvement, which keeps the choice lossless).
+    /// Greedy scan: extend k while the rate improves by more than
+    /// [`MIN_GAIN`] (stops at the first non-improvement, which keeps the choice
+    /// lossless; the margin keeps timing noise from buying useless drafts).
     fn best(&self, max: usize, alpha: &[f64]) -> usize {
         let mut k = 0;
         let mut r = self.rate(0, alpha);
         while k < max.min(alpha.len()) {
             let r2 = self.rate(k + 1, alpha);
-            if r2 <= r {
+            if r2 <= r * (1.0 + MIN_GAIN) {
                 break;
             }
             k += 1;
@@ -227,7 +231,7 @@ mod tests {
         for _ in 0..100 {
             s.observe_acceptance(4, 0);
         }
-        let probes = (0..96).filter(|_| s.budget(8) > 0).count();
+        let probes = (0..256).filter(|_| s.budget(8) > 0).count();
         assert_eq!(probes, 2);
     }
 
