@@ -173,6 +173,13 @@ impl Session {
     /// Make the cache hold exactly `prompt`, reusing the longest common prefix.
     /// Returns how many tokens were reused.
     pub fn sync(&mut self, prompt: &[u32]) -> Result<usize, EngineError> {
+        self.sync_for(prompt, None)
+    }
+
+    /// [`sync`](Self::sync) for a speculative generation: positions whose
+    /// hidden rows the drafter lacks are re-evaluated, and the drafter is given
+    /// the hidden rows of every evaluated prompt position.
+    fn sync_for(&mut self, prompt: &[u32], mut spec: Option<&mut Speculator>) -> Result<usize, EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -180,6 +187,11 @@ impl Session {
             return Err(EngineError::PromptTooLong { prompt: prompt.len(), ctx: self.ctx() });
         }
         let mut common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let limit = spec.as_deref().map(|s| s.observed()).unwrap_or(usize::MAX);
+        if common > limit {
+            common = limit;
+            self.logits.clear();
+        }
         // at least one token must be evaluated to have fresh logits
         if common == prompt.len() {
             if common == self.tokens.len() && !self.logits.is_empty() {
@@ -188,7 +200,21 @@ impl Session {
             common -= 1;
         }
         self.truncate(common);
-        self.feed(&prompt[common..])?;
+        match spec.as_deref_mut().filter(|s| !s.taps().is_empty()) {
+            None => self.feed(&prompt[common..])?,
+            Some(sp) => {
+                let e = self.engine.clone();
+                let taps = sp.taps().to_vec();
+                for chunk in prompt[common..].chunks(PREFILL_CHUNK) {
+                    let start = self.tokens.len();
+                    e.model.forward(&e.pool, &mut self.cache, chunk, &LogitRows::Last, &taps, &mut self.out)?;
+                    self.tokens.extend_from_slice(chunk);
+                    sp.observe(start, chunk.len(), &self.out.hidden);
+                }
+                self.logits.clear();
+                self.logits.extend_from_slice(self.out.logits_row(0));
+            }
+        }
         Ok(common)
     }
 
@@ -217,7 +243,12 @@ impl Session {
     ) -> Result<GenStats, EngineError> {
         let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
         let t0 = Instant::now();
-        let reused = self.sync(prompt)?;
+        if let Some(sp) = spec.as_deref_mut() {
+            // the drafter forgets anything past the common prefix before prefill
+            let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            sp.begin(&prompt[..common])?;
+        }
+        let reused = self.sync_for(prompt, spec.as_deref_mut())?;
         stats.prefill_tokens = prompt.len() - reused;
         stats.prefill_time = t0.elapsed();
         let mut sampler = Sampler::new(params.sampler.clone());

@@ -1,3 +1,5 @@
+use tandem_model::HiddenTap;
+
 use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
 
@@ -58,4 +60,16 @@ pub trait Drafter: Send {
 
     /// Of `proposed` tokens verified, the first `accepted` were accepted.
     fn feedback(&mut self, _proposed: usize, _accepted: usize) {}
+
+    /// Target hidden states this drafter needs for every committed position
+    /// (MTP: the final hidden; DSpark: several layers). Empty: none.
+    fn taps(&self) -> Vec<HiddenTap> {
+        Vec::new()
+    }
+
+    /// Hidden rows of committed positions `start..start + rows`, one
+    /// `rows × d_model` slice per tap in [`taps`](Drafter::taps) order. Called
+    /// for prompt prefill and after every cycle, in position order; after a
+    /// rollback (`sync` with a shorter history) positions are observed again.
+    fn observe(&mut self, _start: usize, _rows: usize, _hidden: &[&[f32]]) {}
 }

@@ -59,6 +59,10 @@ pub struct Speculator {
     out: ForwardOutput,
     /// When tracing: the logits each emitted token was chosen from.
     trace: Option<Vec<Vec<f32>>>,
+    /// Hidden taps the drafter asked for (empty: none).
+    taps: Vec<tandem_model::HiddenTap>,
+    /// Positions whose hidden rows the drafter has been given.
+    observed: usize,
 }
 
 impl Speculator {
@@ -67,7 +71,8 @@ impl Speculator {
             return Err(SpecError::BadOption(format!("draft length {}: need 1..={}", cfg.max_draft, crate::MAX_DRAFT)));
         }
         let sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
-        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), out: ForwardOutput::default(), trace: None })
+        let taps = drafter.taps();
+        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), out: ForwardOutput::default(), trace: None, taps, observed: 0 })
     }
 
     pub fn drafter_name(&self) -> String {
@@ -92,7 +97,35 @@ impl Speculator {
     /// earlier generation).
     pub fn begin(&mut self, history: &[u32]) -> Result<(), SpecError> {
         self.pending = None;
+        self.observed = self.observed.min(history.len());
         self.drafter.sync(history)
+    }
+
+    /// Hidden taps the drafter needs for every committed position.
+    pub fn taps(&self) -> &[tandem_model::HiddenTap] {
+        &self.taps
+    }
+
+    /// How many leading positions the drafter has hidden rows for; a session
+    /// must not reuse cached positions beyond this without re-evaluating them.
+    pub fn observed(&self) -> usize {
+        if self.taps.is_empty() {
+            usize::MAX
+        } else {
+            self.observed
+        }
+    }
+
+    /// Hand the drafter hidden rows of positions `start..start + rows` (from a
+    /// prefill); `hidden` holds one `rows × d` matrix per tap.
+    pub fn observe(&mut self, start: usize, rows: usize, hidden: &[Vec<f32>]) {
+        if self.taps.is_empty() || rows == 0 {
+            return;
+        }
+        let d = hidden[0].len() / rows;
+        let slices: Vec<&[f32]> = hidden.iter().map(|h| &h[..rows * d]).collect();
+        self.drafter.observe(start, rows, &slices);
+        self.observed = start + rows;
     }
 
     /// Measure the cost of forward passes of a few widths at the current
@@ -168,7 +201,7 @@ impl Speculator {
         toks.push(t);
         toks.extend_from_slice(&self.draft.tokens);
         let t1 = Instant::now();
-        model.forward(pool, cache, &toks, &LogitRows::All, &[], &mut self.out)?;
+        model.forward(pool, cache, &toks, &LogitRows::All, &self.taps, &mut self.out)?;
         let verify_secs = t1.elapsed().as_secs_f64();
         self.sched.observe_verify(k + 1, verify_secs);
         if self.stats.plain_step_secs == 0.0 {
@@ -201,6 +234,13 @@ impl Speculator {
         self.pending = Some(next);
 
         self.drafter.sync(history)?;
+        if !self.taps.is_empty() {
+            // hidden rows of the committed positions base..=base+a
+            let d = model.cfg.d_model;
+            let slices: Vec<&[f32]> = self.out.hidden.iter().map(|h| &h[..(a + 1) * d]).collect();
+            self.drafter.observe(base, a + 1, &slices);
+            self.observed = base + a + 1;
+        }
         // statistics count what verification accepted (an accepted end token
         // included), even when the commit stops at that end token
         self.drafter.feedback(k, v.accepted);
