@@ -225,8 +225,8 @@ pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &
 /// Compute columns `cols` of all M rows.
 unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
     match w.layout {
-        Layout::Q4x8 => return cols_q4x8(level, w, acts, m, cols, out),
-        Layout::Q8x8 => return cols_q8x8(level, w, acts, m, cols, out),
+        Layout::Q4x8 => return cols_packed::<PackedQ4>(level, w, acts, m, cols, out),
+        Layout::Q8x8 => return cols_packed::<PackedQ8>(level, w, acts, m, cols, out),
         Layout::Rows => {}
     }
     match w.ty {
@@ -320,66 +320,60 @@ unsafe fn tiles_q<'a, F: Unpack, const NR: usize>(
     }
 }
 
-/// Packed Q4x8 columns; `cols` starts and ends on multiples of 8 (the split
-/// aligns to 8 and packed weights have n % 8 == 0).
-unsafe fn cols_q4x8(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
-    use crate::pack::{dot_q4x8_scalar, Q4X8_BLOCK};
-    let nb = w.k / 32;
-    let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
-    debug_assert!(cols.start % 8 == 0 && cols.end % 8 == 0);
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => {
-            use crate::simd::avx2::dot_q4x8;
-            for g in cols.start / 8..cols.end / 8 {
-                let grp = &w.data[g * nb * Q4X8_BLOCK..(g + 1) * nb * Q4X8_BLOCK];
-                let mut r = 0;
-                while r < m {
-                    macro_rules! tile {
-                        ($mr:literal) => {{
-                            let mut o = [[0f32; 8]; $mr];
-                            dot_q4x8::<$mr>(grp, std::array::from_fn(|i| arow(r + i)), &mut o);
-                            emit(out, r, g * 8, &o);
-                            r += $mr;
-                        }};
-                    }
-                    match m - r {
-                        1 => tile!(1),
-                        2 => tile!(2),
-                        3 => tile!(3),
-                        _ => tile!(4),
-                    }
-                }
-            }
-        }
-        _ => {
-            for c in cols {
-                for r in 0..m {
-                    out.put(r, c, dot_q4x8_scalar(w.data, w.k, c, arow(r)));
-                }
-            }
-        }
+/// A repacked layout whose groups of 8 columns are computed by one SIMD tile
+/// kernel (8 columns × MR rows) and mirrored by a scalar twin.
+trait Packed {
+    /// Bytes of one 8-column group block.
+    const BLOCK: usize;
+    /// # Safety
+    /// AVX2/FMA/F16C available; `grp` holds `a[0].len()` group blocks.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]);
+    fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32;
+}
+
+struct PackedQ4;
+struct PackedQ8;
+
+impl Packed for PackedQ4 {
+    const BLOCK: usize = crate::pack::Q4X8_BLOCK;
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+        crate::simd::avx2::dot_q4x8::<MR>(grp, a, out)
+    }
+    fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
+        crate::pack::dot_q4x8_scalar(data, k, col, a)
     }
 }
 
-/// Packed Q8x8 columns; `cols` starts and ends on multiples of 8, as for Q4x8.
-unsafe fn cols_q8x8(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
-    use crate::pack::{dot_q8x8_scalar, Q8X8_BLOCK};
+impl Packed for PackedQ8 {
+    const BLOCK: usize = crate::pack::Q8X8_BLOCK;
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+        crate::simd::avx2::dot_q8x8::<MR>(grp, a, out)
+    }
+    fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
+        crate::pack::dot_q8x8_scalar(data, k, col, a)
+    }
+}
+
+/// Columns of a repacked weight; `cols` starts and ends on multiples of 8 (the
+/// split aligns to 8 and packed weights have n % 8 == 0).
+unsafe fn cols_packed<P: Packed>(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
     let nb = w.k / 32;
     let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
     debug_assert!(cols.start % 8 == 0 && cols.end % 8 == 0);
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => {
-            use crate::simd::avx2::dot_q8x8;
             for g in cols.start / 8..cols.end / 8 {
-                let grp = &w.data[g * nb * Q8X8_BLOCK..(g + 1) * nb * Q8X8_BLOCK];
+                let grp = &w.data[g * nb * P::BLOCK..(g + 1) * nb * P::BLOCK];
                 let mut r = 0;
                 while r < m {
                     macro_rules! tile {
                         ($mr:literal) => {{
                             let mut o = [[0f32; 8]; $mr];
-                            dot_q8x8::<$mr>(grp, std::array::from_fn(|i| arow(r + i)), &mut o);
+                            P::tile::<$mr>(grp, std::array::from_fn(|i| arow(r + i)), &mut o);
                             emit(out, r, g * 8, &o);
                             r += $mr;
                         }};
@@ -396,7 +390,7 @@ unsafe fn cols_q8x8(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, c
         _ => {
             for c in cols {
                 for r in 0..m {
-                    out.put(r, c, dot_q8x8_scalar(w.data, w.k, c, arow(r)));
+                    out.put(r, c, P::scalar(w.data, w.k, c, arow(r)));
                 }
             }
         }
