@@ -35,6 +35,79 @@ pub enum Cmd {
     /// Run a speculative generation, replay the committed tokens through plain
     /// decoding, and report the first divergence and the logit differences.
     VerifySpec(VerifySpecArgs),
+    /// Train a support model (self-distillation from the target).
+    #[command(subcommand)]
+    Train(TrainCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TrainCmd {
+    /// Train an MTP head: the target answers a built-in prompt corpus, the
+    /// head learns to predict the target's next-next token from its hidden
+    /// state; written as a support GGUF for `--mtp`.
+    Mtp(TrainMtpArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TrainMtpArgs {
+    /// Target model (default: the default model).
+    #[arg(long = "target", short = 'm')]
+    pub target: Option<PathBuf>,
+    /// Output support file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Generated data cache (reused when it exists; default under target/train-data/).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Prompts the target answers.
+    #[arg(long, default_value_t = 640)]
+    pub prompts: usize,
+    /// Most tokens generated per prompt.
+    #[arg(long, default_value_t = 192)]
+    pub max_new: usize,
+    /// Share of prompts answered by sampling (T = 0.8) instead of greedily.
+    #[arg(long, default_value_t = 0.25)]
+    pub sampled_share: f32,
+    /// Seed for the corpus, the split, initialisation and batching.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Stop after generating the data.
+    #[arg(long)]
+    pub gen_only: bool,
+    #[command(flatten)]
+    pub hyper: TrainHyper,
+    /// Worker threads (default: physical cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+}
+
+/// Optimisation settings.
+#[derive(Args, Debug, Clone)]
+pub struct TrainHyper {
+    /// Passes over the training split.
+    #[arg(long, default_value_t = 4)]
+    pub epochs: usize,
+    /// Positions per training window (attention context of the head).
+    #[arg(long, default_value_t = 256)]
+    pub seq_len: usize,
+    /// Windows per optimiser step.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Peak AdamW learning rate (cosine decay after a short warm-up).
+    #[arg(long, default_value_t = 2e-3)]
+    pub lr: f64,
+    /// Rows of the reduced draft vocabulary (most frequent target choices; 0 = full vocabulary).
+    #[arg(long, default_value_t = 8192)]
+    pub draft_vocab: usize,
+    /// Share of sequences held out for evaluation.
+    #[arg(long, default_value_t = 0.1)]
+    pub holdout: f32,
+    /// Chained depths trained and reported (depth 2+ feeds the head its own output).
+    #[arg(long, default_value_t = 2)]
+    pub depths: usize,
+    /// Weight type of the exported matrices (q8_0, f16, f32).
+    #[arg(long, default_value = "q8_0")]
+    pub weight_type: String,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -106,6 +179,21 @@ pub struct SpecArgs {
     /// Speculate with a separate draft model (must share the target's vocabulary).
     #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
     pub draft_model: Option<PathBuf>,
+    /// Speculate with a support model: an MTP head or a DSpark drafter trained
+    /// for this target (the kind is detected from its tensors). A file that
+    /// does not fit the target is reported and plain decoding goes on.
+    #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
+    pub mtp: Option<PathBuf>,
+    /// MTP: most chained draft steps per cycle (default 3; the adaptive
+    /// scheduler may draft fewer).
+    #[arg(long, value_name = "N", help_heading = "Speculative decoding")]
+    pub mtp_draft: Option<usize>,
+    /// MTP: stop drafting when a draft's top-1 minus top-2 logit is below F.
+    #[arg(long, value_name = "F", default_value_t = 0.0, help_heading = "Speculative decoding")]
+    pub mtp_margin: f32,
+    /// Make an unusable support file an error instead of falling back to plain decoding.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub spec_require: bool,
     /// Most tokens drafted per cycle (1..=32; default 10 for lookup, 6 for a draft model).
     #[arg(long = "draft-max", alias = "spec-draft", help_heading = "Speculative decoding")]
     pub draft_max: Option<usize>,
@@ -134,6 +222,10 @@ impl SpecArgs {
             fixed_length: self.spec_fixed,
             opportunistic: self.spec_opportunistic,
             log: self.spec_log,
+            mtp: self.mtp.clone(),
+            mtp_draft: self.mtp_draft,
+            mtp_margin: self.mtp_margin,
+            require: self.spec_require,
         }
     }
 }

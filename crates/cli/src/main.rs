@@ -7,6 +7,7 @@ mod args;
 mod bench;
 mod chat;
 mod inspect;
+mod train;
 mod verify;
 
 use std::path::PathBuf;
@@ -37,6 +38,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Bench(b)) => bench::run(&b),
         Some(Cmd::Perplexity(p)) => bench::perplexity_cmd(&p),
         Some(Cmd::VerifySpec(v)) => verify::run(&v),
+        Some(Cmd::Train(t)) => train::run(t),
         Some(Cmd::Fetch) => {
             let p = ensure_model(&DEFAULT_MODEL, &models_dir(), true)?;
             eprintln!("model ready: {}", p.display());

@@ -23,6 +23,9 @@ pub enum EngineError {
     Spec(#[from] SpecError),
     #[error("empty prompt")]
     EmptyPrompt,
+    /// A support file (`--mtp`) that cannot be used with this target.
+    #[error("{0}")]
+    Support(String),
 }
 
 /// A model ready to run: weights, tokenizer, chat template and worker pool.

@@ -1,8 +1,12 @@
 //! Building a [`Speculator`] from user options (CLI and server share this).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use tandem_spec::{DraftModel, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
+use tandem_gguf::Gguf;
+use tandem_model::support::detect_kind;
+use tandem_model::{MtpHead, SupportError, SupportKind, TargetId};
+use tandem_spec::{DraftModel, Drafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
 use crate::{Engine, EngineError};
 
@@ -21,19 +25,45 @@ pub struct SpecOptions {
     pub opportunistic: bool,
     /// One log line per cycle.
     pub log: bool,
+    /// A support file (MTP head or DSpark drafter), kind decided by its tensors.
+    pub mtp: Option<PathBuf>,
+    /// MTP: most chained draft steps per cycle (None: the measured default).
+    pub mtp_draft: Option<usize>,
+    /// MTP: stop drafting when a draft's top-1 minus top-2 logit is below this.
+    pub mtp_margin: f32,
+    /// A support file that cannot be used is an error instead of a warning
+    /// followed by plain decoding.
+    pub require: bool,
 }
+
+/// Default chained MTP steps per cycle (the adaptive scheduler may use fewer).
+pub const MTP_DEFAULT_DRAFT: usize = 3;
 
 impl SpecOptions {
     pub fn enabled(&self) -> bool {
-        self.lookup.is_some() || self.draft_model.is_some()
+        self.lookup.is_some() || self.draft_model.is_some() || self.mtp.is_some()
     }
 }
 
 impl Engine {
     /// The speculator the options ask for, or None when speculation is off.
     pub fn speculator(&self, o: &SpecOptions, ctx: usize) -> Result<Option<Speculator>, EngineError> {
-        if o.lookup.is_some() && o.draft_model.is_some() {
-            return Err(SpecError::BadOption("choose one drafter: --lookup or --draft-model".into()).into());
+        let chosen = [o.lookup.is_some(), o.draft_model.is_some(), o.mtp.is_some()].iter().filter(|&&b| b).count();
+        if chosen > 1 {
+            return Err(SpecError::BadOption("choose one drafter: --lookup, --draft-model or --mtp".into()).into());
+        }
+        if let Some(path) = &o.mtp {
+            return match self.mtp_drafter(path, o, ctx) {
+                Ok(d) => {
+                    let k = d.max_draft();
+                    Ok(Some(Speculator::new(d, self.spec_config(o, k))?))
+                }
+                Err(e) if !o.require && matches!(e, EngineError::Support(_)) => {
+                    tracing::warn!("{e}; continuing with plain decoding (--spec-require makes this an error)");
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            };
         }
         let default_k = if o.lookup.is_some() { 10 } else { 6 };
         let k = o.max_draft.unwrap_or(default_k);
@@ -64,12 +94,45 @@ impl Engine {
         } else {
             return Ok(None);
         };
-        let cfg = SpecConfig {
+        Ok(Some(Speculator::new(drafter, self.spec_config(o, k))?))
+    }
+
+    fn spec_config(&self, o: &SpecOptions, k: usize) -> SpecConfig {
+        SpecConfig {
             max_draft: k,
             scheduler: SchedulerConfig { adaptive: !o.fixed_length, ..Default::default() },
             opportunistic: o.opportunistic,
             log: o.log || std::env::var("TANDEM_SPEC_LOG").map(|v| v == "1").unwrap_or(false),
-        };
-        Ok(Some(Speculator::new(drafter, cfg)?))
+        }
+    }
+
+    /// This target's identity, as support files record it.
+    pub fn target_id(&self) -> TargetId {
+        TargetId::new(&self.model.cfg, self.tokenizer.vocab_hash())
+    }
+
+    /// Load and validate a support file for this target.
+    pub fn load_mtp_head(&self, path: &Path) -> Result<MtpHead, EngineError> {
+        let support = |e: SupportError| EngineError::Support(format!("--mtp {}: {e}", path.display()));
+        if !path.exists() {
+            return Err(EngineError::Support(format!("--mtp {}: file not found", path.display())));
+        }
+        let g = Arc::new(Gguf::open(path).map_err(|e| support(e.into()))?);
+        match detect_kind(&g).map_err(support)? {
+            SupportKind::Mtp => MtpHead::load(g, self.model.clone(), &self.target_id()).map_err(support),
+            SupportKind::DSpark => Err(EngineError::Support(format!(
+                "--mtp {}: DSpark drafter detected; DSpark decoding is not available in this build",
+                path.display()
+            ))),
+        }
+    }
+
+    fn mtp_drafter(&self, path: &Path, o: &SpecOptions, ctx: usize) -> Result<Box<dyn Drafter>, EngineError> {
+        let k = o.mtp_draft.or(o.max_draft).unwrap_or(MTP_DEFAULT_DRAFT);
+        if k == 0 || k > tandem_spec::MAX_DRAFT {
+            return Err(SpecError::BadOption(format!("--mtp-draft {k} out of range 1..={}", tandem_spec::MAX_DRAFT)).into());
+        }
+        let head = Arc::new(self.load_mtp_head(path)?);
+        Ok(Box::new(MtpDrafter::new(head, self.pool.clone(), ctx, k, o.mtp_margin)?))
     }
 }

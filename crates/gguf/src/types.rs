@@ -13,6 +13,9 @@ pub enum GgmlType {
     Q5K,
     Q6K,
     BF16,
+    /// Integer tensors (index maps such as `d2t`), never matrices.
+    I32,
+    I64,
 }
 
 impl GgmlType {
@@ -29,6 +32,8 @@ impl GgmlType {
             12 => Self::Q4K,
             13 => Self::Q5K,
             14 => Self::Q6K,
+            26 => Self::I32,
+            27 => Self::I64,
             30 => Self::BF16,
             _ => return None,
         })
@@ -47,6 +52,8 @@ impl GgmlType {
             Self::Q4K => 12,
             Self::Q5K => 13,
             Self::Q6K => 14,
+            Self::I32 => 26,
+            Self::I64 => 27,
             Self::BF16 => 30,
         }
     }
@@ -54,7 +61,7 @@ impl GgmlType {
     /// Number of elements in one block.
     pub fn block_elems(self) -> usize {
         match self {
-            Self::F32 | Self::F16 | Self::BF16 => 1,
+            Self::F32 | Self::F16 | Self::BF16 | Self::I32 | Self::I64 => 1,
             Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
             Self::Q4K | Self::Q5K | Self::Q6K => 256,
         }
@@ -63,7 +70,8 @@ impl GgmlType {
     /// Bytes in one block.
     pub fn block_bytes(self) -> usize {
         match self {
-            Self::F32 => 4,
+            Self::F32 | Self::I32 => 4,
+            Self::I64 => 8,
             Self::F16 | Self::BF16 => 2,
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,
@@ -100,6 +108,8 @@ impl GgmlType {
             Self::Q5K => "Q5_K",
             Self::Q6K => "Q6_K",
             Self::BF16 => "BF16",
+            Self::I32 => "I32",
+            Self::I64 => "I64",
         }
     }
 }

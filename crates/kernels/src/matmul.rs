@@ -52,7 +52,7 @@ impl<'a> Weight<'a> {
     /// Validate shape and size; quantized matrices need `k % 32 == 0` (our
     /// activation blocks are 32 wide) on top of the format's own block size.
     pub fn new(name: &str, ty: GgmlType, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
-        if matches!(ty, GgmlType::Q8_1) {
+        if matches!(ty, GgmlType::Q8_1 | GgmlType::I32 | GgmlType::I64) {
             return Err(WeightError::UnsupportedType { name: name.into(), ty });
         }
         let rb = ty
@@ -239,7 +239,7 @@ unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m
         GgmlType::Q5K => cols_q::<Q5K>(level, w, acts, m, cols, out),
         GgmlType::Q6K => cols_q::<Q6K>(level, w, acts, m, cols, out),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => cols_f(level, w, x, m, cols, out),
-        GgmlType::Q8_1 => unreachable!("rejected by Weight::new"),
+        GgmlType::Q8_1 | GgmlType::I32 | GgmlType::I64 => unreachable!("rejected by Weight::new"),
     }
 }
 

@@ -11,6 +11,8 @@ mod config;
 mod error;
 mod kv;
 mod llama;
+pub mod mtp;
+pub mod support;
 mod weights;
 pub mod synthetic;
 
@@ -18,4 +20,6 @@ pub use config::{Config, RopeStyle};
 pub use error::ModelError;
 pub use kv::{KvCache, KvSnapshot};
 pub use llama::{ForwardOutput, HiddenTap, LogitRows, Model};
+pub use mtp::MtpHead;
+pub use support::{SupportError, SupportKind, TargetId};
 pub use weights::WeightRef;

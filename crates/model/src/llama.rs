@@ -14,7 +14,8 @@ use crate::kv::KvCache;
 use crate::weights::{load_opt_vec, load_vec, WeightRef};
 use crate::ModelError;
 
-struct Layer {
+/// One transformer block's weights (attention + SwiGLU feed-forward).
+pub(crate) struct Layer {
     attn_norm: Vec<f32>,
     wq: WeightRef,
     wk: WeightRef,
@@ -27,6 +28,83 @@ struct Layer {
     w_gate: WeightRef,
     w_up: WeightRef,
     w_down: WeightRef,
+}
+
+
+impl Layer {
+    /// Load block `prefix` (e.g. `blk.3`) with the shapes `cfg` implies.
+    pub(crate) fn load(g: &Gguf, cfg: &Config, prefix: &str) -> Result<Self, ModelError> {
+        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+        let n = |s: &str| format!("{prefix}.{s}");
+        Ok(Layer {
+            attn_norm: load_vec(g, &n("attn_norm.weight"), d)?,
+            wq: WeightRef::load_packed(g, &n("attn_q.weight"), d, qd)?,
+            wk: WeightRef::load_packed(g, &n("attn_k.weight"), d, kvd)?,
+            wv: WeightRef::load_packed(g, &n("attn_v.weight"), d, kvd)?,
+            bq: load_opt_vec(g, &n("attn_q.bias"), qd)?,
+            bk: load_opt_vec(g, &n("attn_k.bias"), kvd)?,
+            bv: load_opt_vec(g, &n("attn_v.bias"), kvd)?,
+            wo: WeightRef::load_packed(g, &n("attn_output.weight"), qd, d)?,
+            ffn_norm: load_vec(g, &n("ffn_norm.weight"), d)?,
+            w_gate: WeightRef::load_packed(g, &n("ffn_gate.weight"), d, f)?,
+            w_up: WeightRef::load_packed(g, &n("ffn_up.weight"), d, f)?,
+            w_down: WeightRef::load_packed(g, &n("ffn_down.weight"), f, d)?,
+        })
+    }
+
+    /// Run the block on the `m` residual rows in `s.x` (positions `p0..p0+m`,
+    /// RoPE angles already in `s.cs`), appending K/V rows to `cache` layer `li`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward(&self, pool: &ThreadPool, g: &Gguf, cfg: &Config, cache: &mut KvCache, li: usize, p0: usize, m: usize, s: &mut Scratch) {
+        let ly = self;
+        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+        let hd = cfg.head_dim;
+        let half = cfg.rope_dim / 2;
+        // --- attention ---
+        let h = resize(&mut s.h, m * d);
+        for i in 0..m {
+            ops::rmsnorm(&s.x[i * d..(i + 1) * d], &ly.attn_norm, cfg.eps, &mut h[i * d..(i + 1) * d]);
+        }
+        let q = resize(&mut s.q, m * qd);
+        let k = resize(&mut s.k, m * kvd);
+        let v = resize(&mut s.v, m * kvd);
+        matmul_many(pool, &[&ly.wq.view(g), &ly.wk.view(g), &ly.wv.view(g)], h, m, &mut [q, k, v]);
+        for (buf, bias, width) in [(&mut s.q, &ly.bq, qd), (&mut s.k, &ly.bk, kvd), (&mut s.v, &ly.bv, kvd)] {
+            if let Some(b) = bias {
+                for row in buf[..m * width].chunks_exact_mut(width) {
+                    row.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+                }
+            }
+        }
+        for i in 0..m {
+            let cs = &s.cs[i * half..(i + 1) * half];
+            for hq in s.q[i * qd..(i + 1) * qd].chunks_exact_mut(hd) {
+                rope(cfg.rope_style, &mut hq[..cfg.rope_dim], cs);
+            }
+            for hk in s.k[i * kvd..(i + 1) * kvd].chunks_exact_mut(hd) {
+                rope(cfg.rope_style, &mut hk[..cfg.rope_dim], cs);
+            }
+        }
+        cache.push_layer(li, &s.k[..m * kvd], &s.v[..m * kvd]);
+        let att = resize(&mut s.att, m * qd);
+        attention(pool, cfg, cache, li, p0, m, &s.q[..m * qd], att);
+        let o = resize(&mut s.o, m * d);
+        matmul(pool, &ly.wo.view(g), att, m, o);
+        s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+
+        // --- feed-forward ---
+        let h = resize(&mut s.h, m * d);
+        for i in 0..m {
+            ops::rmsnorm(&s.x[i * d..(i + 1) * d], &ly.ffn_norm, cfg.eps, &mut h[i * d..(i + 1) * d]);
+        }
+        let gt = resize(&mut s.g, m * f);
+        let up = resize(&mut s.u, m * f);
+        matmul_many(pool, &[&ly.w_gate.view(g), &ly.w_up.view(g)], h, m, &mut [gt, up]);
+        ops::silu_mul(&mut s.g[..m * f], &s.u[..m * f]);
+        let o = resize(&mut s.o, m * d);
+        matmul(pool, &ly.w_down.view(g), &s.g[..m * f], m, o);
+        s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+    }
 }
 
 /// A loaded model. Weights stay in the GGUF map; only norms and biases are copied.
@@ -84,8 +162,8 @@ impl ForwardOutput {
 
 /// Scratch buffers reused across calls on the same thread.
 #[derive(Default)]
-struct Scratch {
-    x: Vec<f32>,
+pub(crate) struct Scratch {
+    pub(crate) x: Vec<f32>,
     h: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
@@ -94,15 +172,15 @@ struct Scratch {
     o: Vec<f32>,
     g: Vec<f32>,
     u: Vec<f32>,
-    cs: Vec<(f32, f32)>,
+    pub(crate) cs: Vec<(f32, f32)>,
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    pub(crate) static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-fn resize(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+pub(crate) fn resize(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     v.resize(n, 0.0);
     &mut v[..n]
 }
@@ -114,7 +192,7 @@ impl Model {
 
     pub fn from_gguf(g: Arc<Gguf>) -> Result<Self, ModelError> {
         let cfg = Config::from_gguf(&g)?;
-        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+        let d = cfg.d_model;
         let tok_embd = WeightRef::load_packed(&g, "token_embd.weight", d, cfg.vocab)?;
         let output = if g.tensor_info("output.weight").is_some() {
             WeightRef::load_packed(&g, "output.weight", d, cfg.vocab)?
@@ -124,27 +202,18 @@ impl Model {
         let output_norm = load_vec(&g, "output_norm.weight", d)?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            layers.push(Layer {
-                attn_norm: load_vec(&g, &n("attn_norm.weight"), d)?,
-                wq: WeightRef::load_packed(&g, &n("attn_q.weight"), d, qd)?,
-                wk: WeightRef::load_packed(&g, &n("attn_k.weight"), d, kvd)?,
-                wv: WeightRef::load_packed(&g, &n("attn_v.weight"), d, kvd)?,
-                bq: load_opt_vec(&g, &n("attn_q.bias"), qd)?,
-                bk: load_opt_vec(&g, &n("attn_k.bias"), kvd)?,
-                bv: load_opt_vec(&g, &n("attn_v.bias"), kvd)?,
-                wo: WeightRef::load_packed(&g, &n("attn_output.weight"), qd, d)?,
-                ffn_norm: load_vec(&g, &n("ffn_norm.weight"), d)?,
-                w_gate: WeightRef::load_packed(&g, &n("ffn_gate.weight"), d, f)?,
-                w_up: WeightRef::load_packed(&g, &n("ffn_up.weight"), d, f)?,
-                w_down: WeightRef::load_packed(&g, &n("ffn_down.weight"), f, d)?,
-            });
+            layers.push(Layer::load(&g, &cfg, &format!("blk.{i}"))?);
         }
         Ok(Model { cfg, gguf: g, tok_embd, output, output_norm, layers })
     }
 
     pub fn gguf(&self) -> &Arc<Gguf> {
         &self.gguf
+    }
+
+    /// The output head's weight (the token embedding when tied).
+    pub fn output_weight(&self) -> &WeightRef {
+        &self.output
     }
 
     /// A fresh KV cache for up to `ctx` positions (clamped to the training context).
@@ -223,8 +292,7 @@ impl Model {
             return Ok(());
         }
         let g = &*self.gguf;
-        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
-        let hd = cfg.head_dim;
+        let d = cfg.d_model;
         let p0 = cache.len();
 
         SCRATCH.with(|s| {
@@ -243,51 +311,7 @@ impl Model {
             }
 
             for (li, ly) in self.layers.iter().enumerate() {
-                // --- attention ---
-                let h = resize(&mut s.h, m * d);
-                for i in 0..m {
-                    ops::rmsnorm(&s.x[i * d..(i + 1) * d], &ly.attn_norm, cfg.eps, &mut h[i * d..(i + 1) * d]);
-                }
-                let q = resize(&mut s.q, m * qd);
-                let k = resize(&mut s.k, m * kvd);
-                let v = resize(&mut s.v, m * kvd);
-                matmul_many(pool, &[&ly.wq.view(g), &ly.wk.view(g), &ly.wv.view(g)], h, m, &mut [q, k, v]);
-                for (buf, bias, width) in [(&mut s.q, &ly.bq, qd), (&mut s.k, &ly.bk, kvd), (&mut s.v, &ly.bv, kvd)] {
-                    if let Some(b) = bias {
-                        for row in buf[..m * width].chunks_exact_mut(width) {
-                            row.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-                        }
-                    }
-                }
-                for i in 0..m {
-                    let cs = &s.cs[i * half..(i + 1) * half];
-                    for hq in s.q[i * qd..(i + 1) * qd].chunks_exact_mut(hd) {
-                        rope(cfg.rope_style, &mut hq[..cfg.rope_dim], cs);
-                    }
-                    for hk in s.k[i * kvd..(i + 1) * kvd].chunks_exact_mut(hd) {
-                        rope(cfg.rope_style, &mut hk[..cfg.rope_dim], cs);
-                    }
-                }
-                cache.push_layer(li, &s.k[..m * kvd], &s.v[..m * kvd]);
-                let att = resize(&mut s.att, m * qd);
-                attention(pool, cfg, cache, li, p0, m, &s.q[..m * qd], att);
-                let o = resize(&mut s.o, m * d);
-                matmul(pool, &ly.wo.view(g), att, m, o);
-                s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
-
-                // --- feed-forward ---
-                let h = resize(&mut s.h, m * d);
-                for i in 0..m {
-                    ops::rmsnorm(&s.x[i * d..(i + 1) * d], &ly.ffn_norm, cfg.eps, &mut h[i * d..(i + 1) * d]);
-                }
-                let gt = resize(&mut s.g, m * f);
-                let up = resize(&mut s.u, m * f);
-                matmul_many(pool, &[&ly.w_gate.view(g), &ly.w_up.view(g)], h, m, &mut [gt, up]);
-                ops::silu_mul(&mut s.g[..m * f], &s.u[..m * f]);
-                let o = resize(&mut s.o, m * d);
-                matmul(pool, &ly.w_down.view(g), &s.g[..m * f], m, o);
-                s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
-
+                ly.forward(pool, g, cfg, cache, li, p0, m, s);
                 for (ti, tap) in taps.iter().enumerate() {
                     if *tap == HiddenTap::Layer(li) {
                         out.hidden[ti] = s.x[..m * d].to_vec();

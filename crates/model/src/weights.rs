@@ -24,6 +24,9 @@ enum Storage {
     Q4x8(std::sync::Arc<[u8]>),
     /// Repacked Q8_0 copy (see `tandem_kernels::pack`).
     Q8x8(std::sync::Arc<[u8]>),
+    /// An owned matrix in GGUF's row layout (e.g. rows gathered for a reduced
+    /// draft vocabulary).
+    Owned(std::sync::Arc<[u8]>),
 }
 
 impl WeightRef {
@@ -63,6 +66,35 @@ impl WeightRef {
         Ok(w)
     }
 
+    /// A new matrix made of rows `rows` of this one (in that order), read from
+    /// the original bytes in the map; packed like [`load_packed`](Self::load_packed).
+    /// Used for reduced draft vocabularies: the head is shared, not copied
+    /// into support files.
+    pub fn gather_rows(&self, g: &Gguf, rows: &[u32], name: &str) -> Result<Self, ModelError> {
+        let (t, data) = g.tensor(&self.name)?;
+        let rb = t.ty.row_bytes(self.k as u64).unwrap_or(0) as usize;
+        let mut bytes = Vec::with_capacity(rows.len() * rb);
+        for &r in rows {
+            let r = r as usize;
+            if r >= self.n {
+                return Err(ModelError::BadConfig(format!("{name}: row {r} out of range ({} rows)", self.n)));
+            }
+            bytes.extend_from_slice(&data[r * rb..(r + 1) * rb]);
+        }
+        let n = rows.len();
+        Weight::new(name, t.ty, n, self.k, &bytes)?;
+        let storage = if std::env::var("TANDEM_NO_REPACK").is_ok() {
+            None
+        } else {
+            match t.ty {
+                GgmlType::Q8_0 => tandem_kernels::pack::pack_q8x8(n, self.k, &bytes).map(|p| Storage::Q8x8(p.into())),
+                ty => tandem_kernels::pack::pack_q4x8(ty, n, self.k, &bytes).map(|p| Storage::Q4x8(p.into())),
+            }
+        };
+        let storage = storage.unwrap_or_else(|| Storage::Owned(bytes.into()));
+        Ok(WeightRef { name: name.into(), ty: t.ty, n, k: self.k, storage })
+    }
+
     #[inline]
     pub fn view<'a>(&'a self, g: &'a Gguf) -> Weight<'a> {
         match &self.storage {
@@ -71,6 +103,7 @@ impl WeightRef {
             }
             Storage::Q4x8(p) => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
             Storage::Q8x8(p) => Weight::packed_q8x8(&self.name, self.n, self.k, p),
+            Storage::Owned(b) => Weight::new(&self.name, self.ty, self.n, self.k, b),
         }
         .expect("validated at load")
     }

@@ -13,6 +13,7 @@
 
 pub mod draft_model;
 pub mod drafter;
+pub mod mtp;
 pub mod ngram;
 pub mod sampling;
 pub mod scheduler;
@@ -22,6 +23,7 @@ pub mod verify;
 
 pub use draft_model::DraftModel;
 pub use drafter::{Draft, Drafter};
+pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use speculator::{SpecConfig, SpecError, Speculator};

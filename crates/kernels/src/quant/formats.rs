@@ -300,6 +300,17 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
                 *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
             }
         }
+        // integer tensors convert value by value (index maps are small)
+        GgmlType::I32 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32;
+            }
+        }
+        GgmlType::I64 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(8)) {
+                *o = i64::from_le_bytes(c.try_into().unwrap()) as f32;
+            }
+        }
         GgmlType::Q4_0 => dequant_fmt::<Q4_0>(src, out),
         GgmlType::Q4_1 => dequant_fmt::<Q4_1>(src, out),
         GgmlType::Q5_0 => dequant_fmt::<Q5_0>(src, out),

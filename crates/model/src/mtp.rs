@@ -1,0 +1,363 @@
+//! A multi-token-prediction head (DeepSeek-V3 style, one module): from the
+//! target's hidden state at position p and the embedding of the token at
+//! p + 1 it predicts the token at p + 2.
+//!
+//! ```text
+//! x = eh_proj · [enorm(emb(t[p+1])) ; hnorm(h[p])]      (2d → d)
+//! x = block(x)           one transformer block in the target's layout,
+//!                        with its own KV cache (RoPE position p)
+//! logits = head(shared_head_norm(x))    the target's head, or the rows of it
+//!                                       that `d2t` selects
+//! ```
+//!
+//! Chaining feeds the block's output `x` back in as the next `h`, with the
+//! drafted token as the next input. The embedding and output head are the
+//! target's: a support file never copies them.
+
+use std::sync::Arc;
+
+use tandem_gguf::{GgmlType, Gguf};
+use tandem_kernels::matmul::matmul;
+use tandem_kernels::{ops, ThreadPool};
+
+use crate::kv::KvCache;
+use crate::llama::{resize, Layer, SCRATCH};
+use crate::support::{detect_kind, SupportError, SupportKind, TargetId};
+use crate::weights::{load_vec, WeightRef};
+use crate::{Model, ModelError};
+
+/// Metadata keys of an MTP support file (besides the target binding).
+pub mod keys {
+    /// Index N in the tensor names `blk.N.*` (llama.cpp's nextn convention:
+    /// the MTP block numbers after the target's last block).
+    pub const LAYER_INDEX: &str = "tandem-mtp.layer_index";
+    /// Rows of the reduced draft vocabulary (`blk.N.nextn.d2t`); absent: full.
+    pub const DRAFT_VOCAB: &str = "tandem-mtp.draft_vocab_size";
+}
+
+pub const KIND: &str = "mtp";
+pub const ARCH: &str = "tandem-mtp";
+
+/// Tensor names of the head for layer index `n`.
+pub fn tensor_name(n: usize, what: &str) -> String {
+    format!("blk.{n}.{what}")
+}
+
+/// The parts of the head that are not the transformer block.
+pub const HEAD_TENSORS: [&str; 4] =
+    ["nextn.enorm.weight", "nextn.hnorm.weight", "nextn.eh_proj.weight", "nextn.shared_head_norm.weight"];
+
+/// The block's tensors, in the target's own names.
+pub const BLOCK_TENSORS: [&str; 9] = [
+    "attn_norm.weight",
+    "attn_q.weight",
+    "attn_k.weight",
+    "attn_v.weight",
+    "attn_output.weight",
+    "ffn_norm.weight",
+    "ffn_gate.weight",
+    "ffn_up.weight",
+    "ffn_down.weight",
+];
+
+/// A loaded MTP head bound to one target.
+pub struct MtpHead {
+    gguf: Arc<Gguf>,
+    target: Arc<Model>,
+    pub layer_index: usize,
+    enorm: Vec<f32>,
+    hnorm: Vec<f32>,
+    eh_proj: WeightRef,
+    block: Layer,
+    head_norm: Vec<f32>,
+    /// Draft row → target token id (None: the full vocabulary).
+    d2t: Option<Vec<u32>>,
+    /// The target head's rows for `d2t`.
+    reduced_head: Option<WeightRef>,
+}
+
+impl std::fmt::Debug for MtpHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MtpHead").field("layer_index", &self.layer_index).field("draft_vocab", &self.draft_vocab()).finish()
+    }
+}
+
+impl MtpHead {
+    /// Validate `g` against `target` (identified by `id`) and load it.
+    pub fn load(g: Arc<Gguf>, target: Arc<Model>, id: &TargetId) -> Result<Self, SupportError> {
+        let kind = SupportKind::Mtp;
+        let found = detect_kind(&g)?;
+        if found != kind {
+            return Err(SupportError::Metadata { kind, msg: format!("file holds a {found} drafter, not an MTP head") });
+        }
+        id.check(&g, kind)?;
+        let meta = |msg: String| SupportError::Metadata { kind, msg };
+        let n = match g.get(keys::LAYER_INDEX).map(|v| v.as_u64()) {
+            Some(Some(n)) => n as usize,
+            Some(None) => return Err(meta(format!("{} is not an integer", keys::LAYER_INDEX))),
+            None => return Err(meta(format!("missing key {}", keys::LAYER_INDEX))),
+        };
+        if n > 4096 {
+            return Err(meta(format!("layer index {n} is implausible")));
+        }
+        for t in HEAD_TENSORS.iter().chain(BLOCK_TENSORS.iter()) {
+            let name = tensor_name(n, t);
+            if g.tensor_info(&name).is_none() {
+                return Err(SupportError::MissingTensor { kind, name });
+            }
+        }
+        let cfg = &target.cfg;
+        let d = cfg.d_model;
+        let terr = |e: ModelError| SupportError::Tensor(kind, e);
+        let enorm = load_vec(&g, &tensor_name(n, "nextn.enorm.weight"), d).map_err(terr)?;
+        let hnorm = load_vec(&g, &tensor_name(n, "nextn.hnorm.weight"), d).map_err(terr)?;
+        let head_norm = load_vec(&g, &tensor_name(n, "nextn.shared_head_norm.weight"), d).map_err(terr)?;
+        let eh_proj = WeightRef::load_packed(&g, &tensor_name(n, "nextn.eh_proj.weight"), 2 * d, d).map_err(terr)?;
+        let block = Layer::load(&g, cfg, &format!("blk.{n}")).map_err(terr)?;
+
+        let d2t_name = tensor_name(n, "nextn.d2t");
+        let declared = match g.get(keys::DRAFT_VOCAB).map(|v| v.as_u64()) {
+            None => None,
+            Some(Some(v)) => Some(v as usize),
+            Some(None) => return Err(meta(format!("{} is not an integer", keys::DRAFT_VOCAB))),
+        };
+        let d2t = match (g.tensor(&d2t_name).ok(), declared) {
+            (None, None) => None,
+            (None, Some(v)) => {
+                return Err(meta(format!("{} is {v} but tensor {d2t_name} is missing", keys::DRAFT_VOCAB)))
+            }
+            (Some((t, data)), declared) => {
+                if t.ty != GgmlType::I32 {
+                    return Err(SupportError::BadType { kind, name: d2t_name, ty: t.ty.to_string(), want: "I32" });
+                }
+                let rows = t.n_elements() as usize;
+                if t.dims.len() != 1 || declared.is_some_and(|v| v != rows) {
+                    return Err(meta(format!("{d2t_name} has shape {:?}, {} says {:?}", t.dims, keys::DRAFT_VOCAB, declared)));
+                }
+                if rows == 0 || rows > cfg.vocab {
+                    return Err(meta(format!("draft vocabulary of {rows} rows (target vocabulary {})", cfg.vocab)));
+                }
+                let ids: Vec<u32> = data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+                if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab) {
+                    return Err(meta(format!("d2t maps to token {} outside the vocabulary of {}", bad as i32, cfg.vocab)));
+                }
+                Some(ids)
+            }
+        };
+        let reduced_head = match &d2t {
+            Some(ids) => Some(target.output_weight().gather_rows(target.gguf(), ids, "mtp.reduced_head").map_err(terr)?),
+            None => None,
+        };
+        Ok(MtpHead { gguf: g, target, layer_index: n, enorm, hnorm, eh_proj, block, head_norm, d2t, reduced_head })
+    }
+
+    pub fn target(&self) -> &Arc<Model> {
+        &self.target
+    }
+
+    /// Rows of the head's output (the draft vocabulary).
+    pub fn draft_vocab(&self) -> usize {
+        self.d2t.as_ref().map_or(self.target.cfg.vocab, |v| v.len())
+    }
+
+    /// Target token id of draft row `r`.
+    pub fn to_target(&self, r: usize) -> u32 {
+        self.d2t.as_ref().map_or(r as u32, |v| v[r])
+    }
+
+    /// A cache for the head's block (one layer).
+    pub fn new_cache(&self, ctx: usize) -> KvCache {
+        KvCache::new(1, self.target.cfg.kv_dim(), ctx.clamp(1, self.target.cfg.ctx_train.max(1)))
+    }
+
+    /// Evaluate `m = tokens.len()` rows at positions `cache.len()..`: row i
+    /// combines `tokens[i]` (the token after position p0+i) with `hidden`
+    /// row i. Writes the block outputs (`m × d`, before the head norm) to
+    /// `out_hidden`, and the logits of the last row over the draft vocabulary
+    /// to `logits`.
+    pub fn forward(
+        &self,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        hidden: &[f32],
+        out_hidden: &mut Vec<f32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let cfg = &self.target.cfg;
+        let (d, m) = (cfg.d_model, tokens.len());
+        if m == 0 {
+            return Ok(());
+        }
+        if hidden.len() != m * d {
+            return Err(ModelError::BadConfig(format!("mtp: {} hidden values for {m} rows of {d}", hidden.len())));
+        }
+        if cache.len() + m > cache.ctx() {
+            return Err(ModelError::ContextFull { have: cache.len(), add: m, ctx: cache.ctx() });
+        }
+        let p0 = cache.len();
+        let mut cat = vec![0f32; m * 2 * d];
+        let mut e = vec![0f32; d];
+        for (i, &t) in tokens.iter().enumerate() {
+            self.target.embed(t, &mut e)?;
+            ops::rmsnorm(&e, &self.enorm, cfg.eps, &mut cat[i * 2 * d..i * 2 * d + d]);
+            ops::rmsnorm(&hidden[i * d..(i + 1) * d], &self.hnorm, cfg.eps, &mut cat[i * 2 * d + d..(i + 1) * 2 * d]);
+        }
+        SCRATCH.with(|s| {
+            let s = &mut *s.borrow_mut();
+            let x = resize(&mut s.x, m * d);
+            matmul(pool, &self.eh_proj.view(&self.gguf), &cat, m, x);
+            let half = cfg.rope_dim / 2;
+            s.cs.resize(m * half, (0.0, 0.0));
+            for i in 0..m {
+                ops::rope_angles(p0 + i, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+            }
+            self.block.forward(pool, &self.gguf, cfg, cache, 0, p0, m, s);
+            cache.commit(m);
+            out_hidden.clear();
+            out_hidden.extend_from_slice(&s.x[..m * d]);
+        });
+        let mut hn = vec![0f32; d];
+        ops::rmsnorm(&out_hidden[(m - 1) * d..], &self.head_norm, cfg.eps, &mut hn);
+        match &self.reduced_head {
+            Some(w) => {
+                logits.resize(w.n, 0.0);
+                matmul(pool, &w.view(&self.gguf), &hn, 1, logits);
+            }
+            None => self.target.lm_head(pool, &hn, 1, logits),
+        }
+        Ok(())
+    }
+}
+
+/// An MTP head's weights in f32, row-major `[out][in]` (what a trainer holds
+/// and what [`MtpWeights::to_gguf`] writes).
+#[derive(Debug, Clone)]
+pub struct MtpWeights {
+    pub layer_index: usize,
+    pub enorm: Vec<f32>,
+    pub hnorm: Vec<f32>,
+    /// d × 2d: input `[enorm(e); hnorm(h)]`.
+    pub eh_proj: Vec<f32>,
+    /// The block, named as in [`BLOCK_TENSORS`], each `[out][in]` (norms: `[d]`).
+    pub block: Vec<(String, Vec<f32>)>,
+    pub head_norm: Vec<f32>,
+    /// Draft row → target id.
+    pub d2t: Option<Vec<u32>>,
+}
+
+/// Shape `(out, in)` of block tensor `what` for `cfg` (norms: `(d, 1)`).
+pub fn block_shape(cfg: &crate::Config, what: &str) -> (usize, usize) {
+    let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+    match what {
+        "attn_q.weight" => (qd, d),
+        "attn_k.weight" | "attn_v.weight" => (kvd, d),
+        "attn_output.weight" => (d, qd),
+        "ffn_gate.weight" | "ffn_up.weight" => (f, d),
+        "ffn_down.weight" => (d, f),
+        _ => (d, 1),
+    }
+}
+
+impl MtpWeights {
+    /// Start from the target: the block is a copy of its last block, the head
+    /// norm its final norm, `eh_proj` passes the hidden half through (plus a
+    /// little noise on the embedding half). Training starts from a head that
+    /// already behaves like one more target layer.
+    pub fn init_from_target(target: &Model, seed: u64) -> Self {
+        let cfg = &target.cfg;
+        let d = cfg.d_model;
+        let g = target.gguf();
+        let last = cfg.n_layer - 1;
+        let block = BLOCK_TENSORS
+            .iter()
+            .map(|t| {
+                let (o, i) = block_shape(cfg, t);
+                let (info, data) = g.tensor(&format!("blk.{last}.{t}")).expect("target block tensor");
+                let mut v = vec![0f32; o * i];
+                tandem_kernels::quant::dequantize_row(info.ty, data, &mut v);
+                (t.to_string(), v)
+            })
+            .collect();
+        let mut head_norm = vec![0f32; d];
+        let (info, data) = g.tensor("output_norm.weight").expect("output norm");
+        tandem_kernels::quant::dequantize_row(info.ty, data, &mut head_norm);
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut eh_proj = vec![0f32; d * 2 * d];
+        for r in 0..d {
+            for c in 0..d {
+                // xorshift noise, ±0.01
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                eh_proj[r * 2 * d + c] = ((rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.02;
+            }
+            eh_proj[r * 2 * d + d + r] = 1.0;
+        }
+        MtpWeights { layer_index: cfg.n_layer, enorm: vec![1.0; d], hnorm: vec![1.0; d], eh_proj, block, head_norm, d2t: None }
+    }
+
+    /// Write a support file for target `id`; matrices in `ty` (F32, F16 or
+    /// Q8_0), norms in F32. `extra` metadata (e.g. training provenance) is added.
+    pub fn to_gguf(
+        &self,
+        cfg: &crate::Config,
+        id: &TargetId,
+        ty: GgmlType,
+        extra: &[(String, tandem_gguf::Value)],
+    ) -> Result<tandem_gguf::GgufWriter, tandem_gguf::GgufError> {
+        use tandem_gguf::{GgufError, GgufWriter, TensorData, Value};
+        let d = cfg.d_model;
+        let n = self.layer_index;
+        let mut w = GgufWriter::new();
+        w.set("general.architecture", Value::String(ARCH.into()));
+        w.set("general.name", Value::String(format!("MTP head for {} ({} layers, width {d})", id.arch, id.n_layer)));
+        for (k, v) in id.metadata(KIND) {
+            w.set(k, v);
+        }
+        w.set(keys::LAYER_INDEX, Value::U32(n as u32));
+        if let Some(m) = &self.d2t {
+            w.set(keys::DRAFT_VOCAB, Value::U32(m.len() as u32));
+        }
+        for (k, v) in extra {
+            w.set(k.clone(), v.clone());
+        }
+        let vec_t = |name: String, v: &[f32]| TensorData {
+            name,
+            dims: vec![v.len() as u64],
+            ty: GgmlType::F32,
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let mat_t = |name: String, v: &[f32], o: usize, i: usize| -> Result<TensorData, GgufError> {
+            let mut data = Vec::new();
+            for r in v.chunks_exact(i) {
+                data.extend(
+                    tandem_kernels::quant::quantize::quantize_row(ty, r)
+                        .ok_or_else(|| GgufError::Write(format!("{name}: cannot quantize rows of {i} to {ty}")))?,
+                );
+            }
+            Ok(TensorData { name, dims: vec![i as u64, o as u64], ty, data })
+        };
+        w.add_tensor(vec_t(tensor_name(n, "nextn.enorm.weight"), &self.enorm))?;
+        w.add_tensor(vec_t(tensor_name(n, "nextn.hnorm.weight"), &self.hnorm))?;
+        w.add_tensor(mat_t(tensor_name(n, "nextn.eh_proj.weight"), &self.eh_proj, d, 2 * d)?)?;
+        for (name, v) in &self.block {
+            let (o, i) = block_shape(cfg, name);
+            if i == 1 {
+                w.add_tensor(vec_t(tensor_name(n, name), v))?;
+            } else {
+                w.add_tensor(mat_t(tensor_name(n, name), v, o, i)?)?;
+            }
+        }
+        w.add_tensor(vec_t(tensor_name(n, "nextn.shared_head_norm.weight"), &self.head_norm))?;
+        if let Some(m) = &self.d2t {
+            w.add_tensor(TensorData {
+                name: tensor_name(n, "nextn.d2t"),
+                dims: vec![m.len() as u64],
+                ty: GgmlType::I32,
+                data: m.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+            })?;
+        }
+        Ok(w)
+    }
+}

@@ -1,0 +1,157 @@
+//! The MTP drafter: runs an [`MtpHead`] on the target's hidden states.
+//!
+//! The head's block has its own KV cache with one row per committed position
+//! p, made from the target's hidden row at p and the token at p + 1. So the
+//! row of the last committed position can only be added once the target has
+//! chosen its next token: at propose time, where it also gives the first
+//! draft. Deeper drafts chain the head on its own output; their rows are
+//! dropped again (the cache is truncated to the committed positions), and a
+//! rollback of the target truncates it the same way.
+
+use std::sync::Arc;
+
+use tandem_kernels::ThreadPool;
+use tandem_model::{HiddenTap, KvCache, MtpHead};
+
+use crate::drafter::{Draft, Drafter};
+use crate::sampling::{Rng, SamplerParams};
+use crate::SpecError;
+
+pub struct MtpDrafter {
+    head: Arc<MtpHead>,
+    pool: Arc<ThreadPool>,
+    cache: KvCache,
+    /// Target hidden rows (tap: last block's output) of positions `0..observed`.
+    hidden: Vec<f32>,
+    observed: usize,
+    /// The tokens the cache rows were built from: row p used `tokens[p + 1]`.
+    tokens: Vec<u32>,
+    max_draft: usize,
+    /// Stop drafting when a draft's top-1 minus top-2 logit is below this.
+    margin: f32,
+    out_hidden: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+impl MtpDrafter {
+    pub fn new(head: Arc<MtpHead>, pool: Arc<ThreadPool>, ctx: usize, max_draft: usize, margin: f32) -> Result<Self, SpecError> {
+        if max_draft == 0 || max_draft > crate::MAX_DRAFT {
+            return Err(SpecError::BadOption(format!("--mtp-draft {max_draft}: need 1..={}", crate::MAX_DRAFT)));
+        }
+        if !margin.is_finite() || margin < 0.0 {
+            return Err(SpecError::BadOption(format!("--mtp-margin {margin}: need a finite value ≥ 0")));
+        }
+        let cache = head.new_cache(ctx + crate::MAX_DRAFT + 1);
+        Ok(MtpDrafter {
+            head,
+            pool,
+            cache,
+            hidden: Vec::new(),
+            observed: 0,
+            tokens: Vec::new(),
+            max_draft,
+            margin,
+            out_hidden: Vec::new(),
+            logits: Vec::new(),
+        })
+    }
+
+    fn d(&self) -> usize {
+        self.head.target().cfg.d_model
+    }
+
+    /// Argmax of the draft logits (first of equals) and the top-1 − top-2 gap.
+    fn top(&self) -> (usize, f32) {
+        let (mut b1, mut v1, mut v2) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for (i, &v) in self.logits.iter().enumerate() {
+            if v > v1 {
+                v2 = v1;
+                v1 = v;
+                b1 = i;
+            } else if v > v2 {
+                v2 = v;
+            }
+        }
+        (b1, v1 - v2)
+    }
+}
+
+impl Drafter for MtpDrafter {
+    fn name(&self) -> String {
+        format!("mtp(k={}, margin={}, draft vocab {})", self.max_draft, self.margin, self.head.draft_vocab())
+    }
+
+    fn max_draft(&self) -> usize {
+        self.max_draft
+    }
+
+    fn taps(&self) -> Vec<HiddenTap> {
+        vec![HiddenTap::Layer(self.head.target().cfg.n_layer - 1)]
+    }
+
+    fn sync(&mut self, history: &[u32]) -> Result<(), SpecError> {
+        // rows stay valid while the tokens they were built from still match
+        let common = self.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
+        self.tokens.truncate(common);
+        self.observed = self.observed.min(common);
+        self.hidden.truncate(self.observed * self.d());
+        let rows = self.cache.len().min(common.saturating_sub(1));
+        self.cache.truncate(rows);
+        Ok(())
+    }
+
+    fn observe(&mut self, start: usize, rows: usize, hidden: &[&[f32]]) {
+        let d = self.d();
+        if start > self.observed {
+            // a gap: the rows in between were never seen; forget everything after them
+            return;
+        }
+        self.observed = start;
+        self.hidden.truncate(start * d);
+        self.hidden.extend_from_slice(&hidden[0][..rows * d]);
+        self.observed = start + rows;
+    }
+
+    fn propose(
+        &mut self,
+        history: &[u32],
+        next: u32,
+        max: usize,
+        _params: &SamplerParams,
+        _rng: &mut Rng,
+        out: &mut Draft,
+    ) -> Result<(), SpecError> {
+        out.clear();
+        let n = history.len();
+        let d = self.d();
+        if max == 0 || n == 0 || self.observed < n {
+            return Ok(());
+        }
+        // bring the cache up to position n - 1 (whose next token is `next`)
+        self.tokens.clear();
+        self.tokens.extend_from_slice(history);
+        self.tokens.push(next);
+        let have = self.cache.len().min(n - 1);
+        self.cache.truncate(have);
+        let toks: Vec<u32> = self.tokens[have + 1..=n].to_vec();
+        let hid = self.hidden[have * d..n * d].to_vec();
+        self.head.forward(&self.pool, &mut self.cache, &toks, &hid, &mut self.out_hidden, &mut self.logits)?;
+        let max = max.min(self.max_draft).min(self.cache.ctx() - self.cache.len());
+        for depth in 0..max {
+            let (row, gap) = self.top();
+            if gap < self.margin {
+                break;
+            }
+            let tok = self.head.to_target(row);
+            out.tokens.push(tok);
+            if depth + 1 == max {
+                break;
+            }
+            let h = self.out_hidden[self.out_hidden.len() - d..].to_vec();
+            self.head.forward(&self.pool, &mut self.cache, &[tok], &h, &mut self.out_hidden, &mut self.logits)?;
+        }
+        // chained rows are not committed positions
+        self.cache.truncate(n);
+        Ok(())
+    }
+}

@@ -1,0 +1,177 @@
+//! Self-distilled training data: the target answers the corpus prompts, and
+//! for every position we keep the token, the target's argmax there (what
+//! greedy verification accepts) and the hidden row the drafter is fed (the
+//! last block's output).
+//!
+//! Stored as one little-endian binary file: a header, then per sequence
+//! `len, prompt_len, tokens[len], argmax[len], hidden[len × d] (f16)`.
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use half::f16;
+use indicatif::{ProgressBar, ProgressStyle};
+use tandem_engine::Engine;
+use tandem_model::{ForwardOutput, HiddenTap, LogitRows};
+use tandem_spec::sampling::{argmax, Sampler, SamplerParams};
+use tandem_tokenizer::ChatMessage;
+
+const MAGIC: &[u8; 8] = b"TDMDATA1";
+
+#[derive(Debug, Clone, Default)]
+pub struct Sequence {
+    pub tokens: Vec<u32>,
+    /// `argmax[p]`: the target's greedy choice for position p + 1.
+    pub argmax: Vec<u32>,
+    /// `len × d` hidden rows (f16).
+    pub hidden: Vec<f16>,
+    /// Positions that belong to the prompt.
+    pub prompt_len: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Dataset {
+    pub d: usize,
+    pub vocab_hash: u64,
+    pub seqs: Vec<Sequence>,
+}
+
+/// How the target generates.
+#[derive(Debug, Clone)]
+pub struct GenConfig {
+    pub max_new: usize,
+    /// Share of prompts answered by sampling (temperature `temp`) instead of
+    /// greedily, for diversity; labels are always the argmax.
+    pub sampled_share: f32,
+    pub temp: f32,
+    pub seed: u64,
+}
+
+impl Dataset {
+    pub fn tokens(&self) -> usize {
+        self.seqs.iter().map(|s| s.tokens.len()).sum()
+    }
+    pub fn generated_tokens(&self) -> usize {
+        self.seqs.iter().map(|s| s.tokens.len() - s.prompt_len).sum()
+    }
+
+    /// Let the target answer `prompts`, capturing what the drafter trains on.
+    pub fn generate(engine: &Arc<Engine>, prompts: &[String], cfg: &GenConfig) -> Result<Dataset> {
+        let model = &engine.model;
+        let d = model.cfg.d_model;
+        let taps = [HiddenTap::Layer(model.cfg.n_layer - 1)];
+        let pb = ProgressBar::new(prompts.len() as u64);
+        pb.set_style(
+            ProgressStyle::with_template("generating {bar:30} {pos}/{len} prompts, {msg} [{elapsed_precise}<{eta_precise}]")
+                .unwrap(),
+        );
+        let mut rng = crate::corpus::SplitMix::new(cfg.seed ^ 0xDA7A);
+        let mut seqs = Vec::with_capacity(prompts.len());
+        let mut out = ForwardOutput::default();
+        let mut total = 0usize;
+        for p in prompts {
+            let text = engine.render_chat(&[ChatMessage::new("user", p)])?;
+            let ids = engine.tokenize_prompt(&text);
+            let sampled = rng.f32() < cfg.sampled_share;
+            let mut sampler = Sampler::new(if sampled {
+                SamplerParams { temperature: cfg.temp, top_k: 40, top_p: 0.95, min_p: 0.05, seed: rng.next_u64() }
+            } else {
+                SamplerParams::greedy()
+            });
+            let mut cache = model.new_cache(ids.len() + cfg.max_new + 1);
+            let mut s = Sequence { prompt_len: ids.len(), ..Default::default() };
+            model.forward(&engine.pool, &mut cache, &ids, &LogitRows::All, &taps, &mut out)?;
+            s.tokens.extend_from_slice(&ids);
+            for r in 0..ids.len() {
+                s.argmax.push(argmax(out.logits_row(r)) as u32);
+            }
+            s.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
+            let mut last = out.logits_row(ids.len() - 1).to_vec();
+            for _ in 0..cfg.max_new {
+                let t = sampler.sample(&last);
+                if engine.tokenizer.is_eog(t) || cache.len() >= cache.ctx() {
+                    break;
+                }
+                model.forward(&engine.pool, &mut cache, &[t], &LogitRows::Last, &taps, &mut out)?;
+                last.copy_from_slice(out.logits_row(0));
+                s.tokens.push(t);
+                s.argmax.push(argmax(&last) as u32);
+                s.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
+            }
+            total += s.tokens.len() - s.prompt_len;
+            pb.set_message(format!("{total} tokens"));
+            pb.inc(1);
+            seqs.push(s);
+        }
+        pb.finish();
+        Ok(Dataset { d, vocab_hash: engine.tokenizer.vocab_hash(), seqs })
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("tmp");
+        let mut w = BufWriter::new(std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?);
+        w.write_all(MAGIC)?;
+        for v in [self.d as u64, self.vocab_hash, self.seqs.len() as u64] {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        for s in &self.seqs {
+            w.write_all(&(s.tokens.len() as u32).to_le_bytes())?;
+            w.write_all(&(s.prompt_len as u32).to_le_bytes())?;
+            for &t in s.tokens.iter().chain(&s.argmax) {
+                w.write_all(&t.to_le_bytes())?;
+            }
+            for h in &s.hidden {
+                w.write_all(&h.to_bits().to_le_bytes())?;
+            }
+        }
+        w.flush()?;
+        drop(w);
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+
+    pub fn load(path: &Path) -> Result<Dataset> {
+        let mut r = BufReader::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?);
+        let mut magic = [0u8; 8];
+        r.read_exact(&mut magic)?;
+        if &magic != MAGIC {
+            bail!("{}: not a tandem training-data file", path.display());
+        }
+        let mut u64s = [0u64; 3];
+        for v in &mut u64s {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b)?;
+            *v = u64::from_le_bytes(b);
+        }
+        let [d, vocab_hash, n] = u64s;
+        let d = d as usize;
+        if d == 0 || d > 1 << 16 || n > 1 << 24 {
+            bail!("{}: implausible header (width {d}, {n} sequences)", path.display());
+        }
+        let u32s = |count: usize, r: &mut BufReader<std::fs::File>| -> Result<Vec<u32>> {
+            let mut b = vec![0u8; count * 4];
+            r.read_exact(&mut b)?;
+            Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        };
+        let mut seqs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let hdr = u32s(2, &mut r)?;
+            let (len, prompt_len) = (hdr[0] as usize, hdr[1] as usize);
+            if len > 1 << 20 || prompt_len > len {
+                bail!("{}: corrupt sequence header", path.display());
+            }
+            let tokens = u32s(len, &mut r)?;
+            let argmax = u32s(len, &mut r)?;
+            let mut b = vec![0u8; len * d * 2];
+            r.read_exact(&mut b)?;
+            let hidden = b.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect();
+            seqs.push(Sequence { tokens, argmax, hidden, prompt_len });
+        }
+        Ok(Dataset { d, vocab_hash, seqs })
+    }
+}

@@ -1,0 +1,566 @@
+//! Training an MTP head with candle on self-distilled data.
+//!
+//! The head (see `tandem_model::mtp`) is trained on whole sequences: row p
+//! takes the target's hidden row `h[p]` and the token `t[p+1]` and must
+//! predict `argmax[p+1]`, the target's own next choice. Depth k > 1 trains the
+//! chained use: the depth-k row of anchor p takes the depth-(k−1) output of
+//! the same anchor and the token `t[p+k]`, predicts `argmax[p+k]`, sits at
+//! position p+k−1, and attends to the depth-1 rows 0..=p plus the earlier
+//! chained rows of its own anchor — exactly what the runtime cache holds when
+//! it drafts a chain.
+//!
+//! The output is restricted to a reduced draft vocabulary (`d2t`): the target
+//! choices that are most frequent in the training split. The target's
+//! embedding and head rows are constants here, as at run time.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor, Var, D};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use indicatif::{ProgressBar, ProgressStyle};
+use tandem_engine::Engine;
+use tandem_gguf::{GgmlType, Value};
+use tandem_model::mtp::{block_shape, MtpWeights, BLOCK_TENSORS};
+use tandem_model::{Config, RopeStyle};
+
+use crate::corpus::SplitMix;
+use crate::data::Dataset;
+
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    pub epochs: usize,
+    pub seq_len: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub draft_vocab: usize,
+    pub holdout: f32,
+    pub depths: usize,
+    pub weight_type: String,
+    pub seed: u64,
+    /// The command line, recorded in the file.
+    pub command: String,
+}
+
+/// Held-out results.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub train_tokens: usize,
+    pub heldout_tokens: usize,
+    pub draft_vocab: usize,
+    /// Share of held-out labels inside the draft vocabulary.
+    pub coverage: f64,
+    /// Per depth: share of held-out generated positions where the chain up
+    /// to this depth is all correct (depth 1 = first-draft acceptance).
+    pub chain_acceptance: Vec<f64>,
+    /// Per depth: accuracy of that depth alone (teacher-forced inputs).
+    pub depth_accuracy: Vec<f64>,
+    pub secs: f64,
+    pub steps: usize,
+    pub final_loss: f64,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "trained {} steps in {:.0} s on {} positions; held out {} generated positions",
+            self.steps, self.secs, self.train_tokens, self.heldout_tokens
+        )?;
+        writeln!(f, "draft vocabulary {} rows, held-out label coverage {:.1}%", self.draft_vocab, 100.0 * self.coverage)?;
+        for (i, (c, a)) in self.chain_acceptance.iter().zip(&self.depth_accuracy).enumerate() {
+            writeln!(f, "depth {}: chain acceptance {:.1}%, accuracy given a correct prefix {:.1}%", i + 1, 100.0 * c, 100.0 * a)?;
+        }
+        write!(f, "final training loss {:.4}", self.final_loss)
+    }
+}
+
+/// The trainable head: candle variables mirroring [`MtpWeights`].
+pub struct MtpNet {
+    cfg: Config,
+    enorm: Var,
+    hnorm: Var,
+    eh_proj: Var,
+    block: Vec<Var>,
+    head_norm: Var,
+    /// Draft-vocabulary rows of the target's head (constant), `V × d`.
+    head: Tensor,
+}
+
+/// One batch: `b` windows of `l` positions.
+pub struct Batch {
+    pub b: usize,
+    pub l: usize,
+    /// Target hidden rows, `b·l × d`.
+    pub hidden: Vec<f32>,
+    /// Per depth k (0-based): embeddings of `t[p+k+1]`, `b·l × d`.
+    pub emb: Vec<Vec<f32>>,
+    /// Per depth: draft-vocabulary label of row p, and whether it counts.
+    pub labels: Vec<Vec<u32>>,
+    pub mask: Vec<Vec<f32>>,
+    /// Absolute position of row 0 of each window.
+    pub pos0: Vec<usize>,
+}
+
+fn rmsnorm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)
+}
+
+fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    x.matmul(&w.t()?)
+}
+
+impl MtpNet {
+    pub fn new(cfg: &Config, w: &MtpWeights, head_rows: Vec<f32>, dev: &Device) -> Result<Self> {
+        let d = cfg.d_model;
+        let var = |v: &[f32], shape: (usize, usize)| -> Result<Var> {
+            let t = if shape.1 == 1 { Tensor::from_slice(v, shape.0, dev)? } else { Tensor::from_slice(v, shape, dev)? };
+            Ok(Var::from_tensor(&t)?)
+        };
+        let block = w
+            .block
+            .iter()
+            .map(|(name, v)| var(v, block_shape(cfg, name)))
+            .collect::<Result<Vec<_>>>()?;
+        let v = head_rows.len() / d;
+        Ok(MtpNet {
+            cfg: cfg.clone(),
+            enorm: var(&w.enorm, (d, 1))?,
+            hnorm: var(&w.hnorm, (d, 1))?,
+            eh_proj: var(&w.eh_proj, (d, 2 * d))?,
+            block,
+            head_norm: var(&w.head_norm, (d, 1))?,
+            head: Tensor::from_vec(head_rows, (v, d), dev)?,
+        })
+    }
+
+    pub fn vars(&self) -> Vec<Var> {
+        let mut v = vec![self.enorm.clone(), self.hnorm.clone(), self.eh_proj.clone(), self.head_norm.clone()];
+        v.extend(self.block.iter().cloned());
+        v
+    }
+
+    /// Back to plain f32 weights (for export).
+    pub fn weights(&self, layer_index: usize, d2t: Option<Vec<u32>>) -> Result<MtpWeights> {
+        let f = |v: &Var| -> Result<Vec<f32>> { Ok(v.as_tensor().flatten_all()?.to_vec1::<f32>()?) };
+        Ok(MtpWeights {
+            layer_index,
+            enorm: f(&self.enorm)?,
+            hnorm: f(&self.hnorm)?,
+            eh_proj: f(&self.eh_proj)?,
+            block: BLOCK_TENSORS.iter().zip(&self.block).map(|(n, v)| Ok((n.to_string(), f(v)?))).collect::<Result<_>>()?,
+            head_norm: f(&self.head_norm)?,
+            d2t,
+        })
+    }
+
+    fn bw(&self, name: &str) -> &Tensor {
+        let i = BLOCK_TENSORS.iter().position(|n| *n == name).expect("block tensor");
+        self.block[i].as_tensor()
+    }
+
+    /// RoPE tables for positions `pos0[i] + off + j`: `(b, 1, l, hd/2)` each.
+    fn rope_tables(&self, pos0: &[usize], off: usize, l: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
+        let c = &self.cfg;
+        let half = c.rope_dim / 2;
+        let (mut cos, mut sin) = (Vec::with_capacity(pos0.len() * l * half), Vec::with_capacity(pos0.len() * l * half));
+        let mut cs = vec![(0f32, 0f32); half];
+        for &p in pos0 {
+            for j in 0..l {
+                tandem_kernels::ops::rope_angles(p + off + j, c.rope_dim, c.rope_base, c.rope_scale, &mut cs);
+                cos.extend(cs.iter().map(|x| x.0));
+                sin.extend(cs.iter().map(|x| x.1));
+            }
+        }
+        let b = pos0.len();
+        Ok((Tensor::from_vec(cos, (b, 1, l, half), dev)?, Tensor::from_vec(sin, (b, 1, l, half), dev)?))
+    }
+
+    /// RoPE on `(b, h, l, hd)`, in the target's pairing.
+    fn rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, h, l, hd) = x.dims4()?;
+        let half = hd / 2;
+        let (x0, x1) = match self.cfg.rope_style {
+            RopeStyle::Pairs => {
+                let x = x.reshape((b, h, l, half, 2))?;
+                (x.narrow(4, 0, 1)?.squeeze(4)?, x.narrow(4, 1, 1)?.squeeze(4)?)
+            }
+            RopeStyle::Halves => (x.narrow(3, 0, half)?, x.narrow(3, half, half)?),
+        };
+        let y0 = (x0.broadcast_mul(cos)? - x1.broadcast_mul(sin)?)?;
+        let y1 = (x0.broadcast_mul(sin)? + x1.broadcast_mul(cos)?)?;
+        match self.cfg.rope_style {
+            RopeStyle::Pairs => Tensor::stack(&[y0, y1], 4)?.reshape((b, h, l, hd)),
+            RopeStyle::Halves => Tensor::cat(&[y0, y1], 3),
+        }
+    }
+
+    /// The head for all depths: returns per depth the block outputs
+    /// `(b·l, d)` and the logits `(b·l, V)`.
+    pub fn forward(&self, batch: &Batch, depths: usize, dev: &Device) -> Result<Vec<(Tensor, Tensor)>> {
+        let c = &self.cfg;
+        let (b, l, d) = (batch.b, batch.l, c.d_model);
+        let (nh, nkv, hd) = (c.n_head, c.n_kv_head, c.head_dim);
+        let group = nh / nkv;
+        let eps = c.eps as f64;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut h_in = Tensor::from_slice(&batch.hidden, (b * l, d), dev)?;
+        let mut keys: Vec<Tensor> = Vec::new();
+        let mut vals: Vec<Tensor> = Vec::new();
+        let mut outs = Vec::new();
+        for k in 0..depths.min(batch.emb.len()) {
+            let e = Tensor::from_slice(&batch.emb[k], (b * l, d), dev)?;
+            let cat = Tensor::cat(&[rmsnorm(&e, self.enorm.as_tensor(), eps)?, rmsnorm(&h_in, self.hnorm.as_tensor(), eps)?], 1)?;
+            let x = linear(&cat, self.eh_proj.as_tensor())?;
+            // attention
+            let hn = rmsnorm(&x, self.bw("attn_norm.weight"), eps)?;
+            let q = linear(&hn, self.bw("attn_q.weight"))?.reshape((b, l, nh, hd))?.transpose(1, 2)?.contiguous()?;
+            let kk = linear(&hn, self.bw("attn_k.weight"))?.reshape((b, l, nkv, hd))?.transpose(1, 2)?.contiguous()?;
+            let vv = linear(&hn, self.bw("attn_v.weight"))?.reshape((b, l, nkv, hd))?.transpose(1, 2)?.contiguous()?;
+            let (cos, sin) = self.rope_tables(&batch.pos0, k, l, dev)?;
+            let q = self.rope(&q, &cos, &sin)?;
+            let kk = self.rope(&kk, &cos, &sin)?;
+            keys.push(kk);
+            vals.push(vv);
+            let kall = Tensor::cat(&keys, 2)?; // (b, nkv, (k+1)·l, hd)
+            let vall = Tensor::cat(&vals, 2)?;
+            let s = (k + 1) * l;
+            let rep = |t: &Tensor| -> candle_core::Result<Tensor> {
+                t.unsqueeze(2)?.expand((b, nkv, group, s, hd))?.contiguous()?.reshape((b, nh, s, hd))
+            };
+            let (kall, vall) = (rep(&kall)?, rep(&vall)?);
+            let scores = (q.matmul(&kall.t()?.contiguous()?)? * scale)?; // (b, nh, l, s)
+            let mask = depth_mask(l, k, dev)?;
+            let p = candle_nn::ops::softmax(&scores.broadcast_add(&mask)?, D::Minus1)?;
+            let att = p.matmul(&vall)?.transpose(1, 2)?.contiguous()?.reshape((b * l, nh * hd))?;
+            let x = (x + linear(&att, self.bw("attn_output.weight"))?)?;
+            // feed-forward
+            let hn = rmsnorm(&x, self.bw("ffn_norm.weight"), eps)?;
+            let g = linear(&hn, self.bw("ffn_gate.weight"))?.silu()?;
+            let u = linear(&hn, self.bw("ffn_up.weight"))?;
+            let x = (x + linear(&(g * u)?, self.bw("ffn_down.weight"))?)?;
+            let logits = linear(&rmsnorm(&x, self.head_norm.as_tensor(), eps)?, &self.head)?;
+            h_in = x.clone();
+            outs.push((x, logits));
+        }
+        Ok(outs)
+    }
+}
+
+/// Additive mask `(l, (k+1)·l)` for the depth-k queries (0-based k): query p
+/// sees depth-0 keys j ≤ p and, for each chained depth 1..=k, the key of its
+/// own anchor p.
+fn depth_mask(l: usize, k: usize, dev: &Device) -> Result<Tensor> {
+    let s = (k + 1) * l;
+    let mut m = vec![-1e9f32; l * s];
+    for p in 0..l {
+        for j in 0..=p {
+            m[p * s + j] = 0.0;
+        }
+        for dk in 1..=k {
+            m[p * s + dk * l + p] = 0.0;
+        }
+    }
+    Ok(Tensor::from_vec(m, (l, s), dev)?)
+}
+
+/// Masked mean cross-entropy over rows.
+fn masked_ce(logits: &Tensor, labels: &[u32], mask: &[f32], dev: &Device) -> Result<Tensor> {
+    let n = labels.len();
+    let lsm = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let lab = Tensor::from_slice(labels, (n, 1), dev)?;
+    let picked = lsm.gather(&lab, 1)?.squeeze(1)?;
+    let m = Tensor::from_slice(mask, n, dev)?;
+    let cnt = mask.iter().sum::<f32>().max(1.0) as f64;
+    Ok(((picked * m)?.sum_all()? * (-1.0 / cnt))?)
+}
+
+/// Windows over a sequence: (sequence index, start).
+fn windows(data: &Dataset, seqs: &[usize], l: usize) -> Vec<(usize, usize)> {
+    let mut w = Vec::new();
+    for &i in seqs {
+        let n = data.seqs[i].tokens.len();
+        let mut s = 0;
+        while s + 2 <= n {
+            w.push((i, s));
+            s += l;
+        }
+    }
+    w
+}
+
+/// Build a batch from windows. Rows without a label at some depth are masked
+/// there; `only_generated` masks prompt positions (for evaluation).
+fn make_batch(
+    engine: &Engine,
+    data: &Dataset,
+    wins: &[(usize, usize)],
+    l: usize,
+    depths: usize,
+    t2d: &[u32],
+    only_generated: bool,
+) -> Batch {
+    let d = data.d;
+    let b = wins.len();
+    let mut bt = Batch {
+        b,
+        l,
+        hidden: vec![0f32; b * l * d],
+        emb: vec![vec![0f32; b * l * d]; depths],
+        labels: vec![vec![0u32; b * l]; depths],
+        mask: vec![vec![0f32; b * l]; depths],
+        pos0: wins.iter().map(|w| w.1).collect(),
+    };
+    let mut e = vec![0f32; d];
+    for (wi, &(si, start)) in wins.iter().enumerate() {
+        let s = &data.seqs[si];
+        let n = s.tokens.len();
+        for j in 0..l {
+            let p = start + j;
+            if p >= n {
+                break;
+            }
+            let row = wi * l + j;
+            for (o, h) in bt.hidden[row * d..(row + 1) * d].iter_mut().zip(&s.hidden[p * d..(p + 1) * d]) {
+                *o = h.to_f32();
+            }
+            for k in 0..depths {
+                let q = p + k + 1; // input token position; label = argmax[q]
+                if q >= n {
+                    break;
+                }
+                engine.model.embed(s.tokens[q], &mut e).expect("token in vocabulary");
+                bt.emb[k][row * d..(row + 1) * d].copy_from_slice(&e);
+                let dr = t2d[s.argmax[q] as usize];
+                if only_generated {
+                    // evaluation: every generated position counts; a label
+                    // outside the draft vocabulary (u32::MAX) is a miss
+                    bt.labels[k][row] = dr;
+                    bt.mask[k][row] = (p >= s.prompt_len) as u8 as f32;
+                } else if dr != u32::MAX {
+                    bt.labels[k][row] = dr;
+                    bt.mask[k][row] = 1.0;
+                }
+            }
+        }
+    }
+    bt
+}
+
+/// The draft vocabulary: the `n` most frequent labels of the training split
+/// (ties by id), sorted by id.
+fn draft_vocab(data: &Dataset, seqs: &[usize], vocab: usize, n: usize) -> Vec<u32> {
+    let mut count = vec![0u64; vocab];
+    for &i in seqs {
+        for &a in &data.seqs[i].argmax {
+            count[a as usize] += 1;
+        }
+    }
+    let mut ids: Vec<u32> = (0..vocab as u32).collect();
+    ids.sort_by(|&a, &b| count[b as usize].cmp(&count[a as usize]).then(a.cmp(&b)));
+    let mut keep: Vec<u32> = ids[..n.min(vocab)].to_vec();
+    keep.sort_unstable();
+    keep
+}
+
+/// Train, evaluate on the held-out split, export to `out`.
+pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path) -> Result<Report> {
+    let t0 = Instant::now();
+    let cfg = engine.model.cfg.clone();
+    if cfg.rope_dim != cfg.head_dim {
+        bail!("partial RoPE (rope dim {} < head dim {}) is not supported by the trainer", cfg.rope_dim, cfg.head_dim);
+    }
+    if tc.depths == 0 || tc.depths > 4 {
+        bail!("--depths {}: need 1..=4", tc.depths);
+    }
+    let dev = Device::Cpu;
+    let d = cfg.d_model;
+    // split by sequence, fixed seed
+    let mut rng = SplitMix::new(tc.seed ^ 0x5EED);
+    let (mut train_ids, mut held) = (Vec::new(), Vec::new());
+    for i in 0..data.seqs.len() {
+        if rng.f32() < tc.holdout {
+            held.push(i)
+        } else {
+            train_ids.push(i)
+        }
+    }
+    if train_ids.is_empty() || held.is_empty() {
+        bail!("need both training and held-out sequences ({} sequences, holdout {})", data.seqs.len(), tc.holdout);
+    }
+    let full = tc.draft_vocab == 0 || tc.draft_vocab >= cfg.vocab;
+    let d2t: Vec<u32> = if full { (0..cfg.vocab as u32).collect() } else { draft_vocab(data, &train_ids, cfg.vocab, tc.draft_vocab / 8 * 8) };
+    let mut t2d = vec![u32::MAX; cfg.vocab];
+    for (r, &t) in d2t.iter().enumerate() {
+        t2d[t as usize] = r as u32;
+    }
+    // the constant head rows
+    let hw = engine.model.output_weight().view(engine.model.gguf());
+    let mut head_rows = vec![0f32; d2t.len() * d];
+    for (r, &t) in d2t.iter().enumerate() {
+        hw.row_f32(t as usize, &mut head_rows[r * d..(r + 1) * d]);
+    }
+    let init = MtpWeights::init_from_target(&engine.model, tc.seed);
+    let net = MtpNet::new(&cfg, &init, head_rows, &dev)?;
+    let mut opt = AdamW::new(net.vars(), ParamsAdamW { lr: tc.lr, weight_decay: 0.0, ..Default::default() })?;
+
+    let l = tc.seq_len.max(8);
+    let mut wins = windows(data, &train_ids, l);
+    let steps_per_epoch = wins.len().div_ceil(tc.batch);
+    let total = steps_per_epoch * tc.epochs;
+    let warm = (total / 20).max(1);
+    let pb = ProgressBar::new(total as u64);
+    pb.set_style(ProgressStyle::with_template("training {bar:30} {pos}/{len} steps, loss {msg} [{elapsed_precise}<{eta_precise}]").unwrap());
+    let depth_w = [1.0f64, 0.8, 0.6, 0.5];
+    let mut step = 0usize;
+    let mut ema = f64::NAN;
+    let ckpt = out.with_extension("ckpt.gguf");
+    let train_positions: usize = train_ids.iter().map(|&i| data.seqs[i].tokens.len()).sum();
+    for _epoch in 0..tc.epochs {
+        // shuffle windows (Fisher-Yates, fixed seed)
+        for i in (1..wins.len()).rev() {
+            let j = rng.below(i + 1);
+            wins.swap(i, j);
+        }
+        for chunk in wins.chunks(tc.batch) {
+            let lr = if step < warm {
+                tc.lr * (step + 1) as f64 / warm as f64
+            } else {
+                let t = (step - warm) as f64 / (total - warm).max(1) as f64;
+                tc.lr * (0.05 + 0.95 * 0.5 * (1.0 + (std::f64::consts::PI * t).cos()))
+            };
+            opt.set_learning_rate(lr);
+            let batch = make_batch(engine, data, chunk, l, tc.depths, &t2d, false);
+            let outs = net.forward(&batch, tc.depths, &dev)?;
+            let mut loss: Option<Tensor> = None;
+            for (k, (_, logits)) in outs.iter().enumerate() {
+                let lk = (masked_ce(logits, &batch.labels[k], &batch.mask[k], &dev)? * depth_w[k])?;
+                loss = Some(match loss {
+                    None => lk,
+                    Some(x) => (x + lk)?,
+                });
+            }
+            let loss = loss.context("no depth")?;
+            opt.backward_step(&loss)?;
+            let lv = loss.to_scalar::<f32>()? as f64;
+            ema = if ema.is_nan() { lv } else { 0.95 * ema + 0.05 * lv };
+            step += 1;
+            pb.set_message(format!("{ema:.3}"));
+            pb.inc(1);
+            if step % 200 == 0 {
+                export(&net, &cfg, engine, &d2t, full, tc, None, &ckpt)?;
+            }
+        }
+    }
+    pb.finish();
+    let mut report = evaluate(engine, &net, data, &held, l, tc.depths, &t2d, &dev)?;
+    report.train_tokens = train_positions;
+    report.draft_vocab = d2t.len();
+    report.steps = step;
+    report.final_loss = ema;
+    report.secs = t0.elapsed().as_secs_f64();
+    export(&net, &cfg, engine, &d2t, full, tc, Some(&report), out)?;
+    let _ = std::fs::remove_file(&ckpt);
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn export(
+    net: &MtpNet,
+    cfg: &Config,
+    engine: &Engine,
+    d2t: &[u32],
+    full: bool,
+    tc: &TrainConfig,
+    report: Option<&Report>,
+    out: &Path,
+) -> Result<()> {
+    let ty = match tc.weight_type.to_ascii_lowercase().as_str() {
+        "q8_0" => GgmlType::Q8_0,
+        "f16" => GgmlType::F16,
+        "f32" => GgmlType::F32,
+        other => bail!("--weight-type {other}: choose q8_0, f16 or f32"),
+    };
+    let w = net.weights(cfg.n_layer, (!full).then(|| d2t.to_vec()))?;
+    let mut extra = vec![
+        ("tandem-mtp.train.command".to_string(), Value::String(tc.command.clone())),
+        ("tandem-mtp.train.seed".to_string(), Value::U64(tc.seed)),
+    ];
+    if let Some(r) = report {
+        extra.push(("tandem-mtp.train.positions".into(), Value::U64(r.train_tokens as u64)));
+        extra.push(("tandem-mtp.train.seconds".into(), Value::F64(r.secs)));
+        extra.push((
+            "tandem-mtp.train.heldout_chain_acceptance".into(),
+            Value::Array(tandem_gguf::ValueType::F32, r.chain_acceptance.iter().map(|&a| Value::F32(a as f32)).collect()),
+        ));
+    }
+    let g = w.to_gguf(cfg, &tandem_model::TargetId::new(cfg, engine.tokenizer.vocab_hash()), ty, &extra)?;
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    g.write_to(out).with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}
+
+/// Held-out acceptance per depth over generated positions.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate(
+    engine: &Engine,
+    net: &MtpNet,
+    data: &Dataset,
+    held: &[usize],
+    l: usize,
+    depths: usize,
+    t2d: &[u32],
+    dev: &Device,
+) -> Result<Report> {
+    let wins = windows(data, held, l);
+    let mut chain_ok = vec![0u64; depths];
+    let mut depth_ok = vec![0u64; depths];
+    let mut depth_n = vec![0u64; depths];
+    let mut n = 0u64;
+    for chunk in wins.chunks(8) {
+        let batch = make_batch(engine, data, chunk, l, depths, t2d, true);
+        let outs = net.forward(&batch, depths, dev)?;
+        let preds: Vec<Vec<u32>> =
+            outs.iter().map(|(_, lg)| Ok(lg.argmax(D::Minus1)?.to_vec1::<u32>()?)).collect::<Result<_>>()?;
+        for row in 0..batch.b * l {
+            if batch.mask[0][row] == 0.0 {
+                continue;
+            }
+            n += 1;
+            let mut all = true;
+            for k in 0..depths {
+                let ok = batch.mask[k][row] != 0.0 && preds[k][row] == batch.labels[k][row];
+                if all && batch.mask[k][row] != 0.0 {
+                    depth_n[k] += 1;
+                    depth_ok[k] += ok as u64;
+                }
+                all &= ok;
+                chain_ok[k] += all as u64;
+            }
+        }
+    }
+    Ok(Report {
+        heldout_tokens: n as usize,
+        coverage: coverage(data, held, t2d),
+        chain_acceptance: chain_ok.iter().map(|&c| c as f64 / n.max(1) as f64).collect(),
+        depth_accuracy: depth_ok.iter().zip(&depth_n).map(|(&c, &m)| c as f64 / m.max(1) as f64).collect(),
+        ..Default::default()
+    })
+}
+
+fn coverage(data: &Dataset, held: &[usize], t2d: &[u32]) -> f64 {
+    let (mut n, mut c) = (0u64, 0u64);
+    for &i in held {
+        let s = &data.seqs[i];
+        for &a in &s.argmax[s.prompt_len..] {
+            n += 1;
+            c += (t2d[a as usize] != u32::MAX) as u64;
+        }
+    }
+    c as f64 / n.max(1) as f64
+}

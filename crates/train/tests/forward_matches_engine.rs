@@ -1,0 +1,96 @@
+//! The trainer's candle forward must compute what the engine's MTP drafter
+//! computes: same inputs, same weights (exported to a support file and loaded
+//! back), same logits — for the first draft and for a chained one.
+
+use std::sync::Arc;
+
+use candle_core::Device;
+use tandem_gguf::{GgmlType, Gguf};
+use tandem_kernels::ThreadPool;
+use tandem_model::mtp::MtpWeights;
+use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
+use tandem_model::{Model, MtpHead, TargetId};
+use tandem_train::mtp::{Batch, MtpNet};
+
+fn perturb(w: &mut MtpWeights, seed: u64) {
+    let mut s = seed | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
+    };
+    for v in w.enorm.iter_mut().chain(w.hnorm.iter_mut()).chain(w.head_norm.iter_mut()) {
+        *v += next();
+    }
+    for v in w.eh_proj.iter_mut() {
+        *v += next();
+    }
+    for (_, t) in w.block.iter_mut() {
+        for v in t.iter_mut() {
+            *v += 0.2 * next();
+        }
+    }
+}
+
+#[test]
+fn candle_forward_matches_engine_drafter() {
+    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let cfg = target.cfg.clone();
+    let d = cfg.d_model;
+    let mut w = MtpWeights::init_from_target(&target, 3);
+    perturb(&mut w, 99);
+    let id = TargetId::new(&cfg, 0x1234);
+    let file = w.to_gguf(&cfg, &id, GgmlType::F32, &[]).unwrap().to_bytes().unwrap();
+    let head = MtpHead::load(Arc::new(Gguf::from_bytes(file).unwrap()), target.clone(), &id).unwrap();
+
+    // a sequence of m rows: tokens t[1..=m] (the token after each position) and hidden rows
+    let m = 9;
+    let toks: Vec<u32> = (0..m as u32 + 2).map(|i| (i * 37 + 5) % cfg.vocab as u32).collect();
+    let mut hid = vec![0f32; m * d];
+    for (i, v) in hid.iter_mut().enumerate() {
+        *v = ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 2.0;
+    }
+    let pool = ThreadPool::new(1);
+    let mut cache = head.new_cache(64);
+    let (mut oh, mut lg) = (Vec::new(), Vec::new());
+    head.forward(&pool, &mut cache, &toks[1..=m], &hid, &mut oh, &mut lg).unwrap();
+    let engine_d1 = lg.clone();
+    // chained: token t[m+1] with the head's own last output
+    let h_last = oh[(m - 1) * d..].to_vec();
+    head.forward(&pool, &mut cache, &toks[m + 1..m + 2], &h_last, &mut oh, &mut lg).unwrap();
+    let engine_d2 = lg.clone();
+
+    // candle: one window of m rows, depths 2
+    let mut head_rows = vec![0f32; cfg.vocab * d];
+    let hw = target.output_weight().view(target.gguf());
+    for r in 0..cfg.vocab {
+        hw.row_f32(r, &mut head_rows[r * d..(r + 1) * d]);
+    }
+    let dev = Device::Cpu;
+    let net = MtpNet::new(&cfg, &w, head_rows, &dev).unwrap();
+    let mut e = vec![0f32; d];
+    let mut emb = vec![vec![0f32; m * d]; 2];
+    for p in 0..m {
+        for k in 0..2 {
+            target.embed(toks[p + k + 1], &mut e).unwrap();
+            emb[k][p * d..(p + 1) * d].copy_from_slice(&e);
+        }
+    }
+    let batch = Batch { b: 1, l: m, hidden: hid.clone(), emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], pos0: vec![0] };
+    let outs = net.forward(&batch, 2, &dev).unwrap();
+    let rows = |k: usize| outs[k].1.to_vec2::<f32>().unwrap();
+    let (c1, c2) = (rows(0), rows(1));
+    let cmp = |name: &str, a: &[f32], b: &[f32]| {
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+        let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(diff <= 1e-4 * scale, "{name}: max |engine - candle| = {diff} (scale {scale})");
+        let am = |v: &[f32]| v.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0;
+        assert_eq!(am(a), am(b), "{name}: argmax differs");
+    };
+    // depth 1 of the last row = the engine's first draft
+    cmp("depth 1", &engine_d1, &c1[m - 1]);
+    // depth 2 of anchor m-1 = the engine's chained draft
+    cmp("depth 2", &engine_d2, &c2[m - 1]);
+}
