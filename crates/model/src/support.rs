@@ -56,7 +56,7 @@ pub enum SupportError {
     MissingTensor { kind: SupportKind, name: String },
     #[error("{kind} tensor {name} has type {ty}, expected {want}")]
     BadType { kind: SupportKind, name: String, ty: String, want: &'static str },
-    #[error("{kind} tensor error: {0}", kind = .0)]
+    #[error("{0} tensor error: {1}")]
     Tensor(SupportKind, #[source] ModelError),
 }
 

@@ -24,7 +24,8 @@ pub struct MtpDrafter {
     /// Target hidden rows (tap: last block's output) of positions `0..observed`.
     hidden: Vec<f32>,
     observed: usize,
-    /// The tokens the cache rows were built from: row p used `tokens[p + 1]`.
+    /// The history as last synced (plus the proposed-after token): cache row
+    /// p was built from `tokens[p + 1]`, hidden row p from `tokens[..=p]`.
     tokens: Vec<u32>,
     max_draft: usize,
     /// Stop drafting when a draft's top-1 minus top-2 logit is below this.
@@ -90,13 +91,17 @@ impl Drafter for MtpDrafter {
     }
 
     fn sync(&mut self, history: &[u32]) -> Result<(), SpecError> {
-        // rows stay valid while the tokens they were built from still match
+        // rows stay valid while the tokens they were built from still match;
+        // a pure extension of what we knew invalidates nothing
         let common = self.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
-        self.tokens.truncate(common);
-        self.observed = self.observed.min(common);
-        self.hidden.truncate(self.observed * self.d());
-        let rows = self.cache.len().min(common.saturating_sub(1));
-        self.cache.truncate(rows);
+        if common < self.tokens.len() {
+            self.observed = self.observed.min(common);
+            self.hidden.truncate(self.observed * self.d());
+            let rows = self.cache.len().min(common.saturating_sub(1));
+            self.cache.truncate(rows);
+        }
+        self.tokens.clear();
+        self.tokens.extend_from_slice(history);
         Ok(())
     }
 

@@ -1,0 +1,174 @@
+//! Support files that do not fit the target are refused with a message that
+//! names the problem, and speculation falls back to plain decoding (unless
+//! `require`). A valid head loads and speculative output equals plain output.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
+use tandem_gguf::{GgmlType, Gguf, GgufWriter, TensorData, Value};
+use tandem_model::mtp::MtpWeights;
+use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
+use tandem_model::{Model, TargetId};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tandem-mtp-support-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn valid_head_bytes(engine: &Engine) -> Vec<u8> {
+    let mut w = MtpWeights::init_from_target(&engine.model, 1);
+    w.d2t = Some((0..4096).collect());
+    w.to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()
+}
+
+/// Re-write a GGUF image, letting `f` edit the metadata and tensor list.
+fn rewrite(bytes: &[u8], f: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorData>)) -> Vec<u8> {
+    let g = Gguf::from_bytes(bytes.to_vec()).unwrap();
+    let mut meta = g.metadata.clone();
+    let mut tensors: Vec<TensorData> = g
+        .tensors
+        .iter()
+        .map(|t| TensorData { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty, data: g.tensor_data(t).to_vec() })
+        .collect();
+    f(&mut meta, &mut tensors);
+    let mut w = GgufWriter::new();
+    for (k, v) in meta {
+        w.set(k, v);
+    }
+    for t in tensors {
+        w.add_tensor(t).unwrap();
+    }
+    w.to_bytes().unwrap()
+}
+
+fn opts(path: &Path, require: bool) -> SpecOptions {
+    SpecOptions { mtp: Some(path.to_path_buf()), require, ..Default::default() }
+}
+
+/// The file is refused with a message containing `want`: a warning and plain
+/// decoding by default, an error with `require`.
+fn refused(engine: &Arc<Engine>, name: &str, bytes: &[u8], want: &str) {
+    let path = tmp(name);
+    std::fs::write(&path, bytes).unwrap();
+    let err = engine.load_mtp_head(&path).err().unwrap_or_else(|| panic!("{name}: accepted"));
+    let msg = err.to_string();
+    assert!(msg.contains(want), "{name}: message {msg:?} does not contain {want:?}");
+    assert!(msg.contains(&path.display().to_string()), "{name}: message {msg:?} does not name the file");
+    assert!(engine.speculator(&opts(&path, false), 256).unwrap().is_none(), "{name}: falls back to plain decoding");
+    let e = engine.speculator(&opts(&path, true), 256).err().unwrap_or_else(|| panic!("{name}: require must fail"));
+    assert!(e.to_string().contains(want), "{name}: {e}");
+}
+
+#[test]
+fn broken_and_mismatched_files_are_refused() {
+    let engine = common::engine(2);
+    let good = valid_head_bytes(&engine);
+    let n = engine.model.cfg.n_layer;
+    let d = engine.model.cfg.d_model as u64;
+
+    // truncated
+    refused(&engine, "truncated.gguf", &good[..good.len() / 2], "cannot read support file");
+    refused(&engine, "empty.gguf", &[], "cannot read support file");
+
+    // made for another model (the synthetic test model)
+    let spec = SyntheticSpec::default();
+    let other = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let ow = MtpWeights::init_from_target(&other, 1);
+    let other_bytes = ow.to_gguf(&other.cfg, &TargetId::new(&other.cfg, 42), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
+    refused(&engine, "other-model.gguf", &other_bytes, "made for another model: vocabulary size is 320");
+
+    // same sizes, another token list
+    let bad_hash = rewrite(&good, |m, _| {
+        for (k, v) in m.iter_mut() {
+            if k == "tandem.support.target.vocab_hash" {
+                *v = Value::String("0123456789abcdef".into());
+            }
+        }
+    });
+    refused(&engine, "other-vocab.gguf", &bad_hash, "token list hash");
+
+    // renamed tensor
+    let renamed = rewrite(&good, |_, t| {
+        for x in t.iter_mut() {
+            if x.name == format!("blk.{n}.attn_q.weight") {
+                x.name = format!("blk.{n}.attn_query.weight");
+            }
+        }
+    });
+    refused(&engine, "renamed.gguf", &renamed, &format!("MTP tensor missing: blk.{n}.attn_q.weight"));
+
+    // wrong shape: eh_proj d × d instead of 2d × d
+    let misshaped = rewrite(&good, |_, t| {
+        for x in t.iter_mut() {
+            if x.name.ends_with("nextn.eh_proj.weight") {
+                x.dims = vec![d, d];
+                x.data.truncate(x.data.len() / 2);
+            }
+        }
+    });
+    refused(&engine, "shape.gguf", &misshaped, &format!("blk.{n}.nextn.eh_proj.weight' has shape [{d}, {d}], expected [{}, {d}]", 2 * d));
+
+    // wrong metadata: another block count, a missing key, a bad d2t
+    let meta = rewrite(&good, |m, _| {
+        for (k, v) in m.iter_mut() {
+            if k == "tandem.support.target.block_count" {
+                *v = Value::U32(31);
+            }
+        }
+    });
+    refused(&engine, "blocks.gguf", &meta, "block count is 31 in the file but 30 in the target");
+    let missing = rewrite(&good, |m, _| m.retain(|(k, _)| k != "tandem-mtp.layer_index"));
+    refused(&engine, "nolayer.gguf", &missing, "MTP metadata error: missing key tandem-mtp.layer_index");
+    let d2t = rewrite(&good, |_, t| {
+        for x in t.iter_mut() {
+            if x.name.ends_with("nextn.d2t") {
+                x.data[0..4].copy_from_slice(&999_999i32.to_le_bytes());
+            }
+        }
+    });
+    refused(&engine, "d2t.gguf", &d2t, "d2t maps to token 999999 outside the vocabulary");
+
+    // not a support file at all: the target itself
+    let target_bytes = std::fs::read(common::model_path()).unwrap();
+    refused(&engine, "target.gguf", &target_bytes, "not a support model");
+
+    // a DSpark drafter is recognised by its tensors
+    let dspark = rewrite(&good, |_, t| {
+        t.retain(|x| !x.name.contains("nextn"));
+        t.push(TensorData { name: "fc.weight".into(), dims: vec![4], ty: GgmlType::F32, data: vec![0; 16] });
+    });
+    refused(&engine, "dspark.gguf", &dspark, "DSpark drafter detected");
+
+    // a missing file
+    let e = engine.load_mtp_head(Path::new("/nonexistent/head.gguf")).unwrap_err();
+    assert!(e.to_string().contains("file not found"), "{e}");
+}
+
+#[test]
+fn valid_head_loads_and_greedy_output_is_unchanged() {
+    let engine = common::engine(2);
+    let path = tmp("valid.gguf");
+    std::fs::write(&path, valid_head_bytes(&engine)).unwrap();
+    let o = SpecOptions { mtp: Some(path), fixed_length: true, mtp_draft: Some(3), ..Default::default() };
+    let mut sp = engine.speculator(&o, 512).unwrap().expect("a speculator");
+    assert!(sp.drafter_name().starts_with("mtp"), "{}", sp.drafter_name());
+    let text = engine.render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Name three colors.")]).unwrap();
+    let prompt = engine.tokenize_prompt(&text);
+    let params = GenParams { max_tokens: 48, sampler: SamplerParams::greedy() };
+    let mut plain = Vec::new();
+    engine.new_session(512).generate(&prompt, &params, None, |t, _| {
+        if t != u32::MAX { plain.push(t) }
+        true
+    }).unwrap();
+    let mut spec = Vec::new();
+    engine.new_session(512).generate_with(&prompt, &params, Some(&mut sp), None, |t, _| {
+        if t != u32::MAX { spec.push(t) }
+        true
+    }).unwrap();
+    assert_eq!(spec, plain);
+    assert!(sp.stats.drafted > 0);
+}
