@@ -147,3 +147,24 @@ fn verify_spec_reports_no_divergence() {
     assert!(out.contains("no divergence"), "{out}");
     assert!(out.contains("differ in any bit: 0"), "{out}");
 }
+
+/// An unusable `--mtp` file is reported on stderr and decoding goes on plain
+/// (same output); `--spec-require` turns it into an error.
+#[test]
+fn bad_mtp_file_falls_back_to_plain_decoding() {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-mtp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("truncated.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00").unwrap();
+    let base = ["-p", "Name three colors.", "-n", "16", "--temp", "0", "-t", "2"];
+    let (plain, _) = run_ok(&base);
+    let mut args = base.to_vec();
+    args.extend(["--mtp", bad.to_str().unwrap()]);
+    let (out, err) = run_ok(&args);
+    assert_eq!(out, plain);
+    assert!(err.contains("cannot read support file") && err.contains("continuing with plain decoding"), "{err}");
+    args.push("--spec-require");
+    let o = tandem().args(&args).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot read support file"));
+}

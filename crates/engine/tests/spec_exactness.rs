@@ -1,6 +1,7 @@
 //! Speculative greedy decoding on the default model: every shared dev prompt
 //! gives output identical to plain decoding with `--lookup` and with
-//! `--draft-model <the target itself>` (whose drafts are then all accepted).
+//! `--draft-model <the target itself>` (whose drafts are then all accepted),
+//! and with the committed MTP head (adaptive and with fixed chains of 3).
 
 mod common;
 
@@ -17,6 +18,10 @@ fn dev_prompts_identical_with_lookup_and_draft_model() {
     let self_draft = SpecOptions { draft_model: Some(common::model_path()), max_draft: Some(4), ..Default::default() };
     let mut lk = engine.speculator(&lookup, 2048).unwrap().unwrap();
     let mut dm = engine.speculator(&self_draft, 2048).unwrap().unwrap();
+    let head = common::mtp_head_path();
+    let mtp = |fixed| SpecOptions { mtp: Some(head.clone()), mtp_draft: Some(3), fixed_length: fixed, require: true, ..Default::default() };
+    let mut mt = engine.speculator(&mtp(false), 2048).unwrap().unwrap();
+    let mut mf = engine.speculator(&mtp(true), 2048).unwrap().unwrap();
     for p in &file {
         let id = p["id"].as_str().unwrap();
         let text = match (p.get("user"), p.get("raw")) {
@@ -41,7 +46,12 @@ fn dev_prompts_identical_with_lookup_and_draft_model() {
         assert_eq!(run(Some(&mut dm)), plain, "{id}: draft-model output differs from plain");
         let (d, a) = (dm.stats.drafted - before.drafted, dm.stats.accepted - before.accepted);
         assert_eq!(d, a, "{id}: the target drafting for itself must have every draft accepted");
+        assert_eq!(run(Some(&mut mt)), plain, "{id}: MTP (adaptive) output differs from plain");
+        assert_eq!(run(Some(&mut mf)), plain, "{id}: MTP (fixed 3) output differs from plain");
     }
+    assert!(mf.stats.accepted > 0, "the trained head gets drafts accepted");
     println!("lookup: {}", lk.stats.report());
     println!("self draft: {}", dm.stats.report());
+    println!("mtp adaptive: {}", mt.stats.report());
+    println!("mtp fixed 3: {}", mf.stats.report());
 }

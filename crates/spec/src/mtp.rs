@@ -61,6 +61,14 @@ impl MtpDrafter {
         self.head.target().cfg.d_model
     }
 
+    /// The softmax probability of the top draft row: the head was trained to
+    /// predict the target's argmax, so this estimates the chance the target
+    /// accepts the draft (given the drafts before it were accepted).
+    fn top_prob(&self, top: f32) -> f32 {
+        let z: f32 = self.logits.iter().map(|&v| (v - top).exp()).sum();
+        1.0 / z.max(1.0)
+    }
+
     /// Argmax of the draft logits (first of equals) and the top-1 − top-2 gap.
     fn top(&self) -> (usize, f32) {
         let (mut b1, mut v1, mut v2) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
@@ -149,6 +157,7 @@ impl Drafter for MtpDrafter {
             }
             let tok = self.head.to_target(row);
             out.tokens.push(tok);
+            out.confidence.push(self.top_prob(self.logits[row]));
             if depth + 1 == max {
                 break;
             }

@@ -18,6 +18,11 @@ pub fn model_path() -> PathBuf {
     P.get_or_init(|| ensure_model(&DEFAULT_MODEL, &models_dir(), false).expect("fetch the default model")).clone()
 }
 
+/// The committed MTP head for the default model.
+pub fn mtp_head_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-mtp.gguf")
+}
+
 pub fn engine(threads: usize) -> Arc<Engine> {
     Arc::new(Engine::load(model_path(), threads).expect("load default model"))
 }
