@@ -60,10 +60,10 @@ pub struct TrainMtpArgs {
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Prompts the target answers.
-    #[arg(long, default_value_t = 640)]
+    #[arg(long, default_value_t = 448)]
     pub prompts: usize,
     /// Most tokens generated per prompt.
-    #[arg(long, default_value_t = 192)]
+    #[arg(long, default_value_t = 160)]
     pub max_new: usize,
     /// Share of prompts answered by sampling (T = 0.8) instead of greedily.
     #[arg(long, default_value_t = 0.25)]
@@ -85,7 +85,7 @@ pub struct TrainMtpArgs {
 #[derive(Args, Debug, Clone)]
 pub struct TrainHyper {
     /// Passes over the training split.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 6)]
     pub epochs: usize,
     /// Positions per training window (attention context of the head).
     #[arg(long, default_value_t = 256)]

@@ -103,6 +103,10 @@ impl Dataset {
             total += s.tokens.len() - s.prompt_len;
             pb.set_message(format!("{total} tokens"));
             pb.inc(1);
+            if pb.is_hidden() && (seqs.len() + 1) % 50 == 0 {
+                // no terminal (CI logs): a line now and then instead of the bar
+                eprintln!("generating: {}/{} prompts, {total} tokens, {:.0} s", seqs.len() + 1, prompts.len(), pb.elapsed().as_secs_f64());
+            }
             seqs.push(s);
         }
         pb.finish();

@@ -450,6 +450,9 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
             step += 1;
             pb.set_message(format!("{ema:.3}"));
             pb.inc(1);
+            if pb.is_hidden() && step % 20 == 0 {
+                eprintln!("training: step {step}/{total}, loss {ema:.3}, {:.0} s", pb.elapsed().as_secs_f64());
+            }
             if step % 200 == 0 {
                 export(&net, &cfg, engine, &d2t, full, tc, None, &ckpt)?;
             }
