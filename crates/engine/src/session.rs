@@ -356,10 +356,8 @@ impl Session {
         if !rest.is_empty() {
             on_token(u32::MAX, &rest, &[]);
         }
-        if with_rows {
-            if let Some(sp) = spec.as_deref_mut() {
-                sp.trace(false);
-            }
+        if let (true, Some(sp)) = (with_rows, spec) {
+            sp.trace(false);
         }
         stats.decode_time = t1.elapsed();
         stats.stop = Some(stop);

@@ -114,6 +114,9 @@ pub struct Worker {
     shared: Arc<Shared>,
 }
 
+/// The job queue's sender, the worker thread, and the drafter's name when speculating.
+pub type Spawned = (SyncSender<Job>, std::thread::JoinHandle<()>, Option<String>);
+
 /// Start the worker thread; the returned sender holds at most `max_queue` waiting jobs.
 pub fn spawn(
     engine: Arc<Engine>,
@@ -121,7 +124,7 @@ pub fn spawn(
     spec_opts: SpecOptions,
     max_queue: usize,
     shared: Arc<Shared>,
-) -> Result<(SyncSender<Job>, std::thread::JoinHandle<()>, Option<String>), crate::ServerError> {
+) -> Result<Spawned, crate::ServerError> {
     let spec = engine.speculator(&spec_opts, ctx)?;
     let drafter = spec.as_ref().map(|s| s.drafter_name());
     let session = engine.new_session(ctx);
@@ -237,7 +240,6 @@ impl Worker {
         } else {
             self.session.generate_with(&job.prompt, &job.params, self.spec.as_mut(), Some(cancel), |id, text| on_token(id, text, &[]))
         };
-        drop(on_token);
         let stats = res.map_err(|e| match e {
             tandem_engine::EngineError::PromptTooLong { .. } | tandem_engine::EngineError::EmptyPrompt => {
                 ApiError::bad_request(e.to_string())

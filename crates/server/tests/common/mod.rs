@@ -113,8 +113,7 @@ pub fn parse_response(buf: &[u8]) -> Resp {
 
 pub fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(nl) = raw.windows(2).position(|w| w == b"\r\n") else { break };
+    while let Some(nl) = raw.windows(2).position(|w| w == b"\r\n") {
         let n = usize::from_str_radix(String::from_utf8_lossy(&raw[..nl]).trim(), 16).unwrap_or(0);
         if n == 0 {
             break;
