@@ -90,7 +90,7 @@ pub async fn serve(
     if cfg.ctx < 2 {
         return Err(ServerError::Config(format!("context of {} tokens is too small", cfg.ctx)));
     }
-    let shared = Arc::new(worker::Shared { metrics: Default::default(), abort: AtomicBool::new(false) });
+    let shared = Arc::new(worker::Shared { metrics: Default::default(), abort: AtomicBool::new(false), exit: AtomicBool::new(false) });
     let (jobs, worker, drafter) = worker::spawn(engine.clone(), cfg.ctx, cfg.spec.clone(), cfg.max_queue, shared.clone())?;
     if let Some(d) = &drafter {
         tracing::info!("speculative decoding: {d}");
@@ -130,13 +130,16 @@ pub async fn serve(
         r = server => r?,
         _ = hard_rx => tracing::warn!("connections still open after the grace period; closing them"),
     }
-    // the worker ends when the last job sender (in the state) is gone
+    // cancel whatever still runs; the worker answers queued jobs and leaves
     shared.abort.store(true, Ordering::Relaxed);
+    shared.exit.store(true, Ordering::Relaxed);
     drop(state);
-    let _ = tokio::task::spawn_blocking(move || {
+    let join = tokio::task::spawn_blocking(move || {
         let _ = worker.join();
-    })
-    .await;
+    });
+    if tokio::time::timeout(Duration::from_secs(5), join).await.is_err() {
+        tracing::warn!("the engine worker did not stop within 5 s");
+    }
     Ok(())
 }
 
@@ -172,11 +175,14 @@ pub async fn shutdown_signal() {
 /// the bound address (with the real port when 0 was asked).
 pub fn run(engine: Arc<Engine>, cfg: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Result<(), ServerError> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async move {
+    let r = rt.block_on(async move {
         let listener = bind(&cfg).await?;
         on_listening(listener.local_addr()?);
         serve(engine, cfg, listener, shutdown_signal()).await
-    })
+    });
+    // connection tasks of clients that never went away are not waited for
+    rt.shutdown_timeout(Duration::from_secs(1));
+    r
 }
 
 /// A server running on its own thread and runtime (for tests and embedding).
@@ -194,9 +200,11 @@ impl Running {
         let addr = listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new().name("tandem-server".into()).spawn(move || {
-            rt.block_on(serve(engine, cfg, listener, async move {
+            let r = rt.block_on(serve(engine, cfg, listener, async move {
                 let _ = rx.await;
-            }))
+            }));
+            rt.shutdown_timeout(Duration::from_secs(1));
+            r
         })?;
         Ok(Running { addr, stop: Some(tx), thread: Some(thread) })
     }

@@ -5,7 +5,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Cancel every generation now (shutdown past its grace period).
     pub abort: AtomicBool,
+    /// The worker leaves once the queue is empty (the server has stopped).
+    pub exit: AtomicBool,
 }
 
 pub struct Worker {
@@ -138,7 +140,13 @@ impl Worker {
     fn run(&mut self, rx: Receiver<Job>) {
         let shared = self.shared.clone();
         let m = &shared.metrics;
-        while let Ok(job) = rx.recv() {
+        loop {
+            let job = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) if shared.exit.load(Ordering::Relaxed) => break,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
             m.queue_depth.fetch_sub(1, Ordering::Relaxed);
             if job.cancel.load(Ordering::Relaxed) || job.events.is_closed() {
                 m.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -152,9 +160,13 @@ impl Worker {
             m.busy.fetch_add(1, Ordering::Relaxed);
             let events = job.events.clone();
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| self.generate(job)));
+            // the gauge drops before the client hears the end
             m.busy.fetch_sub(1, Ordering::Relaxed);
             let failed = match r {
-                Ok(Ok(())) => None,
+                Ok(Ok(last)) => {
+                    let _ = events.send(last);
+                    None
+                }
                 Ok(Err(e)) => Some(e),
                 Err(p) => {
                     let msg = p
@@ -187,7 +199,9 @@ impl Worker {
         }
     }
 
-    fn generate(&mut self, job: Job) -> Result<(), ApiError> {
+    /// Run one job, streaming its chunks; returns the final event (Done, or
+    /// an Error for a cancelled generation).
+    fn generate(&mut self, job: Job) -> Result<Event, ApiError> {
         let queue_time = job.enqueued.elapsed();
         let tok = self.engine.tokenizer.clone();
         let shared = self.shared.clone();
@@ -287,8 +301,7 @@ impl Worker {
                 } else {
                     ApiError::bad_request("cancelled: the client disconnected")
                 };
-                let _ = job.events.send(Event::Error(e));
-                return Ok(());
+                return Ok(Event::Error(e));
             }
         };
         if !hit_stop {
@@ -321,7 +334,6 @@ impl Worker {
             tps,
             finish.as_str()
         );
-        let _ = job.events.send(Event::Done(Box::new(out)));
-        Ok(())
+        Ok(Event::Done(Box::new(out)))
     }
 }
