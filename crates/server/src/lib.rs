@@ -149,25 +149,27 @@ pub async fn bind(cfg: &ServerConfig) -> Result<tokio::net::TcpListener, ServerE
     tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServerError::Bind { addr, source })
 }
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// A future that resolves on SIGINT (Ctrl-C) or SIGTERM. The handlers are
+/// installed here, before the future is first polled (call it inside the
+/// runtime, before announcing the server), so no signal is missed.
+pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => {},
+                _ = term.recv() => {},
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+        })
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    {
+        Ok(async move {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 
@@ -176,9 +178,10 @@ pub async fn shutdown_signal() {
 pub fn run(engine: Arc<Engine>, cfg: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Result<(), ServerError> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let r = rt.block_on(async move {
+        let signal = shutdown_signal()?;
         let listener = bind(&cfg).await?;
         on_listening(listener.local_addr()?);
-        serve(engine, cfg, listener, shutdown_signal()).await
+        serve(engine, cfg, listener, signal).await
     });
     // connection tasks of clients that never went away are not waited for
     rt.shutdown_timeout(Duration::from_secs(1));
