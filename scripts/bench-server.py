@@ -9,7 +9,7 @@ For each configuration (plain, --lookup) and each repetition, runs in turn:
 Interleaving keeps background load fair to both. Prints the best of the
 repetitions (as the other benchmarks do) and the medians as a Markdown table.
 
-usage: scripts/bench-server.py [--reps 5] [-n 200] [--bin target/release/tandem]
+usage: scripts/bench-server.py [--reps 5] [-n 200] [-t 2] [-p PROMPT] [--bin target/release/tandem]
 """
 
 import argparse
@@ -24,8 +24,8 @@ import time
 PROMPT = "Write a detailed story about a lighthouse keeper who finds a message in a bottle."
 
 
-def start(bin_, extra):
-    p = subprocess.Popen([bin_, "serve", "--port", "0", "-t", "2", *extra],
+def start(bin_, extra, threads):
+    p = subprocess.Popen([bin_, "serve", "--port", "0", "-t", str(threads), *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while True:
         line = p.stderr.readline()
@@ -69,8 +69,8 @@ def request(host, port, n, stream):
     return toks, (toks - 1) / (last - first), ext
 
 
-def cli(bin_, n, extra):
-    out = subprocess.run([bin_, "-p", PROMPT, "--temp", "0", "-n", str(n), "-t", "2", *extra],
+def cli(bin_, n, extra, threads):
+    out = subprocess.run([bin_, "-p", PROMPT, "--temp", "0", "-n", str(n), "-t", str(threads), *extra],
                          capture_output=True, text=True, check=True)
     m = re.search(r"generated tokens: (\d+), decode: ([\d.]+) tok/s", out.stderr)
     return int(m.group(1)), float(m.group(2))
@@ -81,16 +81,19 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--bin", default="target/release/tandem")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-p", "--prompt", default=PROMPT)
     a = ap.parse_args()
+    globals()["PROMPT"] = a.prompt
     rows = []
     for name, extra in [("plain", []), ("--lookup", ["--lookup"])]:
-        srv, host, port = start(a.bin, extra)
+        srv, host, port = start(a.bin, extra, a.threads)
         try:
             request(host, port, 8, False)  # warm up
             res = {"cli": [], "stream": [], "server": []}
             accept = []
             for _ in range(a.reps):
-                t1, r1 = cli(a.bin, a.n, extra)
+                t1, r1 = cli(a.bin, a.n, extra, a.threads)
                 t2, r2, _ = request(host, port, a.n, True)
                 t3, r3, ext = request(host, port, a.n, False)
                 assert t1 == t2 == t3, (t1, t2, t3)
