@@ -85,7 +85,8 @@ fn sixteen_clients_eight_requests_each() {
     let (ok, busy, tokens) = (ok.load(Ordering::Relaxed), busy.load(Ordering::Relaxed), tokens.load(Ordering::Relaxed));
     println!("load: {ok} succeeded, {busy} got 503, {tokens} tokens");
     assert_eq!(ok + busy, 128);
-    assert!(ok >= 16, "too few requests got through: {ok}");
+    // the first 1 + max_queue requests always find room
+    assert!(ok >= 5, "too few requests got through: {ok}");
     let m = get(addr, "/metrics").body;
     assert_eq!(metric(&m, "tandem_http_requests_total{route=\"/v1/chat/completions\",code=\"200\"}") as u64, ok, "{m}");
     assert_eq!(metric(&m, "tandem_http_requests_total{route=\"/v1/chat/completions\",code=\"503\"}") as u64, busy);
