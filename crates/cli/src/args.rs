@@ -35,6 +35,9 @@ pub enum Cmd {
     /// Run a speculative generation, replay the committed tokens through plain
     /// decoding, and report the first divergence and the logit differences.
     VerifySpec(VerifySpecArgs),
+    /// OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions,
+    /// /v1/models, /health, /metrics).
+    Serve(ServeArgs),
     /// Train a support model (self-distillation from the target).
     #[command(subcommand)]
     Train(TrainCmd),
@@ -290,4 +293,45 @@ pub struct PerplexityArgs {
     /// Chunk size (context) in tokens.
     #[arg(short = 'c', long = "ctx", default_value_t = 512)]
     pub ctx: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one; the address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Context size in tokens (default: the model's training context).
+    #[arg(short = 'c', long = "ctx")]
+    pub ctx: Option<usize>,
+    /// Model name listed by /v1/models and echoed in responses (default: the file's stem).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Requests that may wait for the engine beyond the one running; more get 503.
+    #[arg(long, default_value_t = 16)]
+    pub max_queue: usize,
+    /// Largest accepted request body; larger ones get 413.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_body_bytes: usize,
+    /// max_tokens for requests that give none (capped by the room left in the context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = 1024)]
+    pub n_predict: usize,
+    /// Require `Authorization: Bearer KEY` (default: the TANDEM_API_KEY environment variable, if set).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Allow browser clients from any origin (CORS).
+    #[arg(long)]
+    pub cors: bool,
+    /// Seconds between SSE keep-alive comments while a stream waits (queue, prefill).
+    #[arg(long, default_value_t = 5.0)]
+    pub keepalive: f64,
+    /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 10.0)]
+    pub shutdown_timeout: f64,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }

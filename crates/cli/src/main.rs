@@ -8,6 +8,7 @@ mod bench;
 mod chat;
 mod inspect;
 mod train;
+mod serve;
 mod verify;
 
 use std::path::PathBuf;
@@ -23,7 +24,10 @@ use args::{Cli, Cmd, ModelArgs};
 fn main() {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TANDEM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if cli.run.verbose { "info" } else { "warn" }));
+        .unwrap_or_else(|_| {
+            let serving = matches!(cli.cmd, Some(Cmd::Serve(_)));
+            tracing_subscriber::EnvFilter::new(if cli.run.verbose || serving { "info" } else { "warn" })
+        });
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
@@ -39,6 +43,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Perplexity(p)) => bench::perplexity_cmd(&p),
         Some(Cmd::VerifySpec(v)) => verify::run(&v),
         Some(Cmd::Train(t)) => train::run(t),
+        Some(Cmd::Serve(s)) => serve::run(&s),
         Some(Cmd::Fetch) => {
             let p = ensure_model(&DEFAULT_MODEL, &models_dir(), true)?;
             eprintln!("model ready: {}", p.display());

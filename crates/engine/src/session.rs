@@ -240,9 +240,37 @@ impl Session {
         &mut self,
         prompt: &[u32],
         params: &GenParams,
-        mut spec: Option<&mut Speculator>,
+        spec: Option<&mut Speculator>,
         cancel: Option<&AtomicBool>,
         mut on_token: impl FnMut(u32, &str) -> bool,
+    ) -> Result<GenStats, EngineError> {
+        self.generate_inner(prompt, params, spec, cancel, false, &mut |id, text, _| on_token(id, text))
+    }
+
+    /// [`generate_with`](Self::generate_with) whose callback also receives the
+    /// target's logits row each token was chosen from (for log-probabilities).
+    /// The final flush of held-back text (id `u32::MAX`) comes with an empty
+    /// row. On the speculative path this turns the speculator's trace on and
+    /// consumes it, so a caller must not use `Speculator::trace` at the same time.
+    pub fn generate_with_logits(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        spec: Option<&mut Speculator>,
+        cancel: Option<&AtomicBool>,
+        mut on_token: impl FnMut(u32, &str, &[f32]) -> bool,
+    ) -> Result<GenStats, EngineError> {
+        self.generate_inner(prompt, params, spec, cancel, true, &mut on_token)
+    }
+
+    fn generate_inner(
+        &mut self,
+        prompt: &[u32],
+        params: &GenParams,
+        mut spec: Option<&mut Speculator>,
+        cancel: Option<&AtomicBool>,
+        with_rows: bool,
+        on_token: &mut dyn FnMut(u32, &str, &[f32]) -> bool,
     ) -> Result<GenStats, EngineError> {
         let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
         let t0 = Instant::now();
@@ -260,7 +288,11 @@ impl Session {
         let engine = self.engine.clone();
         if let Some(sp) = spec.as_deref_mut() {
             sp.begin(&self.tokens)?;
+            if with_rows {
+                sp.trace(true);
+            }
         }
+        let mut rows: Vec<Vec<f32>> = Vec::new();
         let is_eog = |id: u32| tok.is_eog(id);
         let mut emitted = Vec::new();
         let t1 = Instant::now();
@@ -289,13 +321,23 @@ impl Session {
                     false
                 }
             };
-            for &next in &emitted {
+            if with_rows {
+                if let Some(sp) = spec.as_deref_mut() {
+                    rows = sp.take_trace();
+                }
+            }
+            for (i, &next) in emitted.iter().enumerate() {
                 stats.gen_tokens += 1;
                 if tok.is_eog(next) {
                     break 'outer StopReason::Eog;
                 }
                 let text = dec.push(&tok, next);
-                if !on_token(next, &text) {
+                let row: &[f32] = match (with_rows, spec.is_some()) {
+                    (false, _) => &[],
+                    (true, false) => &self.logits,
+                    (true, true) => rows.get(i).map_or(&[], |r| r.as_slice()),
+                };
+                if !on_token(next, &text, row) {
                     break 'outer StopReason::Cancelled;
                 }
                 if stats.gen_tokens >= params.max_tokens {
@@ -315,7 +357,10 @@ impl Session {
         };
         let rest = dec.flush();
         if !rest.is_empty() {
-            on_token(u32::MAX, &rest);
+            on_token(u32::MAX, &rest, &[]);
+        }
+        if let (true, Some(sp)) = (with_rows, spec) {
+            sp.trace(false);
         }
         stats.decode_time = t1.elapsed();
         stats.stop = Some(stop);

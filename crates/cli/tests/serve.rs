@@ -1,0 +1,108 @@
+//! `tandem serve` as a process: greedy output through the server is identical
+//! to `tandem -p` (with and without speculation), and SIGTERM shuts it down.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["serve", "--port", "0", "-t", "2", "--ctx", "2048"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tandem serve");
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let addr = loop {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "tandem serve exited before listening");
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                break rest.split_whitespace().next().unwrap().parse().unwrap();
+            }
+        };
+        // keep draining stderr so the server never blocks on a full pipe
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = err.read_to_string(&mut sink);
+        });
+        Server { child, addr }
+    }
+
+    fn post(&self, path: &str, body: &serde_json::Value) -> serde_json::Value {
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        let b = body.to_string();
+        write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}", b.len()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{out}");
+        serde_json::from_str(body).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cli(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    // the CLI ends its output with a newline
+    s.strip_suffix('\n').unwrap_or(&s).to_string()
+}
+
+fn check_identical(spec: &[&str]) {
+    let prompt = "List the planets of the solar system, one per line.";
+    let n = "48";
+    let mut args = vec!["-p", prompt, "--temp", "0", "-n", n, "-t", "2"];
+    args.extend_from_slice(spec);
+    let expected = cli(&args);
+    let s = Server::start(spec);
+    let v = s.post(
+        "/v1/chat/completions",
+        &serde_json::json!({"model": "x", "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 48}),
+    );
+    assert_eq!(v["choices"][0]["message"]["content"].as_str().unwrap(), expected, "server vs CLI with {spec:?}");
+    if !spec.is_empty() {
+        assert!(v["tandem"]["speculative"]["drafted_tokens"].is_u64(), "{v}");
+    }
+}
+
+#[test]
+fn server_greedy_output_matches_the_cli() {
+    check_identical(&[]);
+}
+
+#[test]
+fn server_greedy_output_matches_the_cli_with_lookup() {
+    check_identical(&["--lookup"]);
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly() {
+    let mut s = Server::start(&["--shutdown-timeout", "1"]);
+    let pid = s.child.id().to_string();
+    let t0 = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            assert!(st.success(), "exit status {st}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "still running 10 s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
