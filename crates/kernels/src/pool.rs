@@ -8,6 +8,13 @@
 //!
 //! Results never depend on the thread count: callers split work over independent
 //! outputs (matmul columns, attention rows), never over a reduction.
+//!
+//! Each part `f(t, n)` of a region is *claimed* once, by its worker or — when
+//! the worker has not picked it up by the time the caller finished its own part
+//! (it is parked, or descheduled because other processes want the cores) — by
+//! the caller, which then runs it itself. A part computes the same bits on any
+//! thread, so this changes timing only; without it a busy machine turns every
+//! region into a wait for a scheduler time slice.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -24,6 +31,9 @@ struct Shared {
     /// observing the bump; never touched while a region is in flight.
     job: UnsafeCell<Option<Job>>,
     remaining: AtomicUsize,
+    /// Per part index: the last generation whose part was claimed. Before
+    /// region G starts every entry is G − 1; whoever moves it to G runs it.
+    claims: Box<[AtomicU64]>,
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
@@ -82,6 +92,7 @@ impl ThreadPool {
             generation: AtomicU64::new(0),
             job: UnsafeCell::new(None),
             remaining: AtomicUsize::new(0),
+            claims: (0..n).map(|_| AtomicU64::new(0)).collect(),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -128,12 +139,22 @@ impl ThreadPool {
         let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), Job>(dynf) };
         unsafe { *s.job.get() = Some(job) };
         s.remaining.store(n - 1, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        let gen = s.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0, n)));
+        let mut mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0, n)));
+        // take over the parts no worker has started
+        for t in 1..n {
+            if s.claims[t].compare_exchange(gen - 1, gen, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(t, n)));
+                if mine.is_ok() {
+                    mine = r;
+                }
+                s.remaining.fetch_sub(1, Ordering::Release);
+            }
+        }
         let mut spins = 0u32;
         while s.remaining.load(Ordering::Acquire) != 0 {
             spins = spins.wrapping_add(1);
@@ -178,7 +199,13 @@ fn worker(s: Arc<Shared>, index: usize) {
             return;
         }
         seen = g;
-        // SAFETY: published before the generation bump we just observed.
+        // claim our part of region g; if the caller already took it, the region
+        // may be over (and its job gone): touch nothing
+        if s.claims[index].compare_exchange(g - 1, g, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            continue;
+        }
+        // SAFETY: published before the generation bump we just observed, and
+        // the region cannot end before our claimed part is done.
         let job = unsafe { *s.job.get() };
         if let Some(job) = job {
             let f = unsafe { &*job };
