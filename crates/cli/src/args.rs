@@ -77,6 +77,9 @@ pub struct TrainMtpArgs {
     /// Stop after generating the data.
     #[arg(long)]
     pub gen_only: bool,
+    /// Continue training from this support file (same draft vocabulary).
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
     #[command(flatten)]
     pub hyper: TrainHyper,
     /// Worker threads (default: physical cores).
@@ -187,7 +190,8 @@ pub struct SpecArgs {
     /// does not fit the target is reported and plain decoding goes on.
     #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
     pub mtp: Option<PathBuf>,
-    /// MTP: most chained draft steps per cycle (default 3; the adaptive
+    /// MTP: most chained draft steps per cycle (default 1, the best measured
+    /// with the committed head; the adaptive
     /// scheduler may draft fewer).
     #[arg(long, value_name = "N", help_heading = "Speculative decoding")]
     pub mtp_draft: Option<usize>,

@@ -60,6 +60,7 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
         depths: h.depths,
         weight_type: h.weight_type.clone(),
         seed: a.seed,
+        init: a.init.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let report = tandem_train::mtp::train(&engine, &data, &cfg, &a.out)?;

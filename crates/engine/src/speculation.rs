@@ -37,7 +37,7 @@ pub struct SpecOptions {
 }
 
 /// Default chained MTP steps per cycle (the adaptive scheduler may use fewer).
-pub const MTP_DEFAULT_DRAFT: usize = 3;
+pub const MTP_DEFAULT_DRAFT: usize = 1;
 
 impl SpecOptions {
     pub fn enabled(&self) -> bool {

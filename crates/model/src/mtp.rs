@@ -361,3 +361,41 @@ impl MtpWeights {
         Ok(w)
     }
 }
+
+impl MtpWeights {
+    /// Read the weights of an MTP support file back as f32 (to continue
+    /// training from it). `cfg` is the target's configuration.
+    pub fn from_gguf(g: &Gguf, cfg: &crate::Config) -> Result<Self, ModelError> {
+        let n = g.get_u64(keys::LAYER_INDEX)? as usize;
+        let read = |name: String, len: usize| -> Result<Vec<f32>, ModelError> {
+            let (t, data) = g.tensor(&name)?;
+            if t.n_elements() as usize != len {
+                return Err(ModelError::BadShape { name, got: t.dims.clone(), want: vec![len as u64] });
+            }
+            let mut v = vec![0f32; len];
+            tandem_kernels::quant::dequantize_row(t.ty, data, &mut v);
+            Ok(v)
+        };
+        let d = cfg.d_model;
+        let block = BLOCK_TENSORS
+            .iter()
+            .map(|t| {
+                let (o, i) = block_shape(cfg, t);
+                Ok((t.to_string(), read(tensor_name(n, t), o * i)?))
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let d2t = match g.tensor(&tensor_name(n, "nextn.d2t")) {
+            Ok((_, data)) => Some(data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect()),
+            Err(_) => None,
+        };
+        Ok(MtpWeights {
+            layer_index: n,
+            enorm: read(tensor_name(n, "nextn.enorm.weight"), d)?,
+            hnorm: read(tensor_name(n, "nextn.hnorm.weight"), d)?,
+            eh_proj: read(tensor_name(n, "nextn.eh_proj.weight"), 2 * d * d)?,
+            block,
+            head_norm: read(tensor_name(n, "nextn.shared_head_norm.weight"), d)?,
+            d2t,
+        })
+    }
+}

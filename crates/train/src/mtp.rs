@@ -40,6 +40,9 @@ pub struct TrainConfig {
     pub depths: usize,
     pub weight_type: String,
     pub seed: u64,
+    /// Continue from this support file (its weights and draft vocabulary)
+    /// instead of initialising from the target's last block.
+    pub init: Option<std::path::PathBuf>,
     /// The command line, recorded in the file.
     pub command: String,
 }
@@ -391,8 +394,20 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     if train_ids.is_empty() || held.is_empty() {
         bail!("need both training and held-out sequences ({} sequences, holdout {})", data.seqs.len(), tc.holdout);
     }
-    let full = tc.draft_vocab == 0 || tc.draft_vocab >= cfg.vocab;
-    let d2t: Vec<u32> = if full { (0..cfg.vocab as u32).collect() } else { draft_vocab(data, &train_ids, cfg.vocab, tc.draft_vocab / 8 * 8) };
+    let init = match &tc.init {
+        Some(p) => {
+            let g = tandem_gguf::Gguf::open(p).with_context(|| format!("opening {}", p.display()))?;
+            // the file must fit this target
+            engine.load_mtp_head(p)?;
+            MtpWeights::from_gguf(&g, &cfg)?
+        }
+        None => MtpWeights::init_from_target(&engine.model, tc.seed),
+    };
+    let (full, d2t): (bool, Vec<u32>) = match &init.d2t {
+        Some(m) if tc.init.is_some() => (false, m.clone()),
+        _ if tc.draft_vocab == 0 || tc.draft_vocab >= cfg.vocab => (true, (0..cfg.vocab as u32).collect()),
+        _ => (false, draft_vocab(data, &train_ids, cfg.vocab, tc.draft_vocab / 8 * 8)),
+    };
     let mut t2d = vec![u32::MAX; cfg.vocab];
     for (r, &t) in d2t.iter().enumerate() {
         t2d[t as usize] = r as u32;
@@ -403,7 +418,6 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     for (r, &t) in d2t.iter().enumerate() {
         hw.row_f32(t as usize, &mut head_rows[r * d..(r + 1) * d]);
     }
-    let init = MtpWeights::init_from_target(&engine.model, tc.seed);
     let net = MtpNet::new(&cfg, &init, head_rows, &dev)?;
     let mut opt = AdamW::new(net.vars(), ParamsAdamW { lr: tc.lr, weight_decay: 0.0, ..Default::default() })?;
 
