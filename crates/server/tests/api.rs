@@ -230,3 +230,24 @@ fn speculative_greedy_output_is_identical_and_reports_acceptance() {
     assert_eq!(metric(&m, "tandem_speculative_enabled"), 1.0);
     assert!(plain["tandem"]["speculative"].is_null());
 }
+
+#[test]
+fn mtp_greedy_output_is_identical_and_reports_acceptance() {
+    let _g = serial();
+    let head = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-mtp.gguf");
+    let b = chat_body("Name three colors and say one thing about each.", json!({"temperature": 0, "max_tokens": 40}));
+    let plain = {
+        let s = start(|_| {});
+        post(s.addr, "/v1/chat/completions", &b).json()
+    };
+    let s = start(|c| {
+        c.spec.mtp = Some(head);
+        c.spec.fixed_length = true;
+        c.spec.require = true;
+    });
+    let spec = post(s.addr, "/v1/chat/completions", &b).json();
+    assert_eq!(spec["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"]);
+    let x = &spec["tandem"]["speculative"];
+    assert!(x["drafter"].as_str().unwrap_or("").starts_with("mtp"), "{spec}");
+    assert!(x["drafted_tokens"].as_u64().unwrap() > 0, "{x}");
+}
