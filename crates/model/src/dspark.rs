@@ -1,0 +1,931 @@
+//! A DSpark block drafter: a DFlash backbone fed by target hidden states from
+//! several layers, plus a low-rank Markov head and a confidence head. The GGUF
+//! layout is llama.cpp's `dflash` architecture (documented in
+//! `docs/support-format.md`), so files convert both ways.
+//!
+//! ```text
+//! context row p:  g_p = enc_norm(fc · [h_p^(l1); …; h_p^(lm)])        (m·d → d)
+//!                 per backbone layer: K_p = rope(k_norm(wk·g_p)), V_p = wv·g_p
+//! block at a:     x_i = emb(i == 0 ? anchor : mask), position a + i, i < B
+//!                 backbone layers: q/k-normed, NeoX RoPE, attention over
+//!                 [context 0..a ‖ block], non-causal inside the block, SwiGLU
+//!                 e_i = output_norm(x_i);  U_i = output · e_i  (draft vocab)
+//! Markov chain:   w = w1[prev];  logits_i = U_i + w2 · w;
+//!                 c_i = σ(conf · [e_i; w] + b);  prev = token_i   (prev_0 = anchor)
+//! ```
+//!
+//! Slot i predicts the token at position a + i + 1. `h^(l)` is the input of
+//! target layer l (the output of layer l − 1), as in llama.cpp.
+
+use std::sync::Arc;
+
+use tandem_gguf::{GgmlType, Gguf, Value};
+use tandem_kernels::matmul::{matmul, matmul_many};
+use tandem_kernels::pool::split_range;
+use tandem_kernels::{ops, ThreadPool};
+
+use crate::kv::KvCache;
+use crate::llama::{resize, HiddenTap};
+use crate::support::{detect_kind, SupportError, SupportKind, TargetId};
+use crate::weights::WeightRef;
+use crate::{Model, ModelError};
+
+pub const ARCH: &str = "dflash";
+pub const KIND: &str = "dspark";
+
+/// Metadata keys (llama.cpp's `dflash.*`, plus the mask token).
+pub mod keys {
+    pub const BLOCK_SIZE: &str = "dflash.block_size";
+    pub const TARGET_LAYERS: &str = "dflash.target_layers";
+    pub const SAMPLE_FROM_ANCHOR: &str = "dflash.sample_from_anchor";
+    pub const HAS_CONF: &str = "dflash.has_confidence_head";
+    pub const BLOCK_COUNT: &str = "dflash.block_count";
+    pub const WIDTH: &str = "dflash.embedding_length";
+    pub const FFN: &str = "dflash.feed_forward_length";
+    pub const HEADS: &str = "dflash.attention.head_count";
+    pub const KV_HEADS: &str = "dflash.attention.head_count_kv";
+    pub const KEY_LENGTH: &str = "dflash.attention.key_length";
+    pub const VALUE_LENGTH: &str = "dflash.attention.value_length";
+    pub const EPS: &str = "dflash.attention.layer_norm_rms_epsilon";
+    pub const ROPE_BASE: &str = "dflash.rope.freq_base";
+    pub const CTX: &str = "dflash.context_length";
+    pub const VOCAB: &str = "dflash.vocab_size";
+    pub const MASK: &str = "tokenizer.ggml.mask_token_id";
+}
+
+/// Backbone block tensors (`blk.N.<name>`).
+pub const BLOCK_TENSORS: [&str; 11] = [
+    "attn_norm.weight",
+    "attn_q.weight",
+    "attn_k.weight",
+    "attn_v.weight",
+    "attn_output.weight",
+    "attn_q_norm.weight",
+    "attn_k_norm.weight",
+    "ffn_norm.weight",
+    "ffn_gate.weight",
+    "ffn_up.weight",
+    "ffn_down.weight",
+];
+
+/// Hyper-parameters of a DSpark drafter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DSparkConfig {
+    /// Backbone layers.
+    pub n_layer: usize,
+    /// Width (must equal the target's: the token embedding is shared).
+    pub d_model: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub eps: f32,
+    pub rope_base: f32,
+    pub ctx: usize,
+    /// Trained block size B (slots per draft pass).
+    pub block_size: usize,
+    /// Target layers whose *inputs* feed the drafter (1..=target layers;
+    /// `n` = the input of layer n = the output of layer n − 1).
+    pub target_layers: Vec<usize>,
+    /// Slot 0 (the anchor) predicts too (DSpark); false: DFlash style.
+    pub sample_from_anchor: bool,
+    pub mask_token: u32,
+    pub markov_rank: usize,
+    /// Rows of the draft vocabulary (target vocabulary without `d2t`).
+    pub draft_vocab: usize,
+    pub has_conf: bool,
+}
+
+impl DSparkConfig {
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+    /// Width of one context feature row (m · d).
+    pub fn feat_dim(&self) -> usize {
+        self.target_layers.len() * self.d_model
+    }
+    /// The target hidden taps, in `target_layers` order.
+    pub fn taps(&self) -> Vec<HiddenTap> {
+        self.target_layers.iter().map(|&l| HiddenTap::Layer(l - 1)).collect()
+    }
+    /// Drafts one pass can make.
+    pub fn max_draft(&self) -> usize {
+        if self.sample_from_anchor {
+            self.block_size
+        } else {
+            self.block_size - 1
+        }
+    }
+
+    /// Shape `(out, in)` of backbone tensor `what` (vectors: `(len, 1)`).
+    pub fn block_shape(&self, what: &str) -> (usize, usize) {
+        let (d, qd, kvd, f) = (self.d_model, self.q_dim(), self.kv_dim(), self.ffn);
+        match what {
+            "attn_q.weight" => (qd, d),
+            "attn_k.weight" | "attn_v.weight" => (kvd, d),
+            "attn_output.weight" => (d, qd),
+            "ffn_gate.weight" | "ffn_up.weight" => (f, d),
+            "ffn_down.weight" => (d, f),
+            "attn_q_norm.weight" | "attn_k_norm.weight" => (self.head_dim, 1),
+            _ => (d, 1),
+        }
+    }
+
+    /// Read and validate the metadata of `g` against the target.
+    pub fn from_gguf(g: &Gguf, target: &crate::Config) -> Result<Self, SupportError> {
+        let kind = SupportKind::DSpark;
+        let meta = |msg: String| SupportError::Metadata { kind, msg };
+        match g.get("general.architecture") {
+            Some(Value::String(a)) if a == ARCH => {}
+            Some(Value::String(a)) => return Err(meta(format!("architecture is {a}, expected {ARCH}"))),
+            _ => return Err(meta("missing key general.architecture".into())),
+        }
+        let num = |key: &str| -> Result<u64, SupportError> {
+            match g.get(key) {
+                None => Err(meta(format!("missing key {key}"))),
+                Some(v) => v.as_u64().ok_or_else(|| meta(format!("{key} is not a non-negative integer"))),
+            }
+        };
+        let opt_num = |key: &str| -> Result<Option<u64>, SupportError> {
+            match g.get(key) {
+                None => Ok(None),
+                Some(v) => v.as_u64().map(Some).ok_or_else(|| meta(format!("{key} is not a non-negative integer"))),
+            }
+        };
+        let flag = |key: &str, default: bool| -> Result<bool, SupportError> {
+            match g.get(key) {
+                None => Ok(default),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(Value::String(s)) if s == "true" || s == "false" => Ok(s == "true"),
+                Some(_) => Err(meta(format!("{key} is not a boolean"))),
+            }
+        };
+        let block_size = num(keys::BLOCK_SIZE)? as usize;
+        if block_size == 0 || block_size > 64 {
+            return Err(meta(format!("block_size {block_size}")));
+        }
+        let layers = match g.get(keys::TARGET_LAYERS) {
+            None => return Err(meta(format!("missing key {}", keys::TARGET_LAYERS))),
+            Some(Value::Array(_, items)) => items
+                .iter()
+                .map(|v| v.as_i64().ok_or_else(|| meta(format!("{} holds a non-integer", keys::TARGET_LAYERS))))
+                .collect::<Result<Vec<i64>, _>>()?,
+            Some(_) => return Err(meta(format!("{} is not an array", keys::TARGET_LAYERS))),
+        };
+        if layers.is_empty() || layers.len() > 64 {
+            return Err(meta(format!("{} target layers", layers.len())));
+        }
+        for &l in &layers {
+            if l < 1 || l > target.n_layer as i64 {
+                return Err(meta(format!("target layer {l} out of range ({} layers)", target.n_layer)));
+            }
+        }
+        let n_layer = num(keys::BLOCK_COUNT)? as usize;
+        let d_model = num(keys::WIDTH)? as usize;
+        let n_head = num(keys::HEADS)? as usize;
+        let n_kv_head = opt_num(keys::KV_HEADS)?.map_or(n_head, |v| v as usize);
+        let ffn = num(keys::FFN)? as usize;
+        if n_layer == 0 || n_layer > 64 {
+            return Err(meta(format!("block_count {n_layer}")));
+        }
+        if d_model != target.d_model {
+            return Err(meta(format!("embedding_length {d_model} differs from the target's {}", target.d_model)));
+        }
+        if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || n_head > 1024 || ffn == 0 || ffn > 1 << 20 {
+            return Err(meta(format!("implausible sizes: {n_head} heads, {n_kv_head} KV heads, FFN {ffn}")));
+        }
+        let head_dim = opt_num(keys::KEY_LENGTH)?.map_or(d_model / n_head, |v| v as usize);
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 {
+            return Err(meta(format!("head dimension {head_dim}")));
+        }
+        if let Some(v) = opt_num(keys::VALUE_LENGTH)? {
+            if v as usize != head_dim {
+                return Err(meta(format!("value_length {v} differs from key_length {head_dim}")));
+            }
+        }
+        let eps = match g.get(keys::EPS) {
+            Some(v) => v.as_f64().ok_or_else(|| meta(format!("{} is not a number", keys::EPS)))? as f32,
+            None => return Err(meta(format!("missing key {}", keys::EPS))),
+        };
+        let rope_base = match g.get(keys::ROPE_BASE) {
+            Some(v) => v.as_f64().ok_or_else(|| meta(format!("{} is not a number", keys::ROPE_BASE)))? as f32,
+            None => 10000.0,
+        };
+        if !(eps > 0.0 && eps < 1.0) || !(rope_base > 1.0 && rope_base.is_finite()) {
+            return Err(meta(format!("rms epsilon {eps} / rope base {rope_base}")));
+        }
+        let ctx = opt_num(keys::CTX)?.map_or(target.ctx_train, |v| v as usize).max(1);
+        let mask = num(keys::MASK)?;
+        if mask >= target.vocab as u64 {
+            return Err(meta(format!("mask token {mask} outside the vocabulary of {}", target.vocab)));
+        }
+        let sample_from_anchor = flag(keys::SAMPLE_FROM_ANCHOR, true)?;
+        if !sample_from_anchor && block_size < 2 {
+            return Err(meta(format!("block_size {block_size} leaves no draft slot without sample_from_anchor")));
+        }
+        let markov_rank = match g.tensor_info("markov_w1.weight") {
+            Some(t) => t.dims.first().copied().unwrap_or(0) as usize,
+            None => return Err(SupportError::MissingTensor { kind, name: "markov_w1.weight".into() }),
+        };
+        if markov_rank == 0 || markov_rank > 4096 {
+            return Err(meta(format!("Markov rank {markov_rank}")));
+        }
+        let draft_vocab = match g.tensor_info("d2t") {
+            Some(t) => t.n_elements() as usize,
+            None => target.vocab,
+        };
+        if draft_vocab == 0 || draft_vocab > target.vocab {
+            return Err(meta(format!("draft vocabulary of {draft_vocab} rows (target vocabulary {})", target.vocab)));
+        }
+        let has_conf = g.tensor_info("conf_proj.weight").is_some();
+        if flag(keys::HAS_CONF, has_conf)? != has_conf {
+            return Err(meta(format!("{} disagrees with the presence of conf_proj.weight", keys::HAS_CONF)));
+        }
+        Ok(DSparkConfig {
+            n_layer,
+            d_model,
+            n_head,
+            n_kv_head,
+            head_dim,
+            ffn,
+            eps,
+            rope_base,
+            ctx,
+            block_size,
+            target_layers: layers.iter().map(|&l| l as usize).collect(),
+            sample_from_anchor,
+            mask_token: mask as u32,
+            markov_rank,
+            draft_vocab,
+            has_conf,
+        })
+    }
+
+    /// The metadata a file with this configuration carries.
+    pub fn metadata(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("general.architecture", Value::String(ARCH.into())),
+            (keys::BLOCK_SIZE, Value::U32(self.block_size as u32)),
+            (
+                keys::TARGET_LAYERS,
+                Value::Array(tandem_gguf::ValueType::I32, self.target_layers.iter().map(|&l| Value::I32(l as i32)).collect()),
+            ),
+            (keys::SAMPLE_FROM_ANCHOR, Value::Bool(self.sample_from_anchor)),
+            (keys::HAS_CONF, Value::Bool(self.has_conf)),
+            (keys::BLOCK_COUNT, Value::U32(self.n_layer as u32)),
+            (keys::WIDTH, Value::U32(self.d_model as u32)),
+            (keys::FFN, Value::U32(self.ffn as u32)),
+            (keys::HEADS, Value::U32(self.n_head as u32)),
+            (keys::KV_HEADS, Value::U32(self.n_kv_head as u32)),
+            (keys::KEY_LENGTH, Value::U32(self.head_dim as u32)),
+            (keys::VALUE_LENGTH, Value::U32(self.head_dim as u32)),
+            (keys::EPS, Value::F32(self.eps)),
+            (keys::ROPE_BASE, Value::F32(self.rope_base)),
+            (keys::CTX, Value::U32(self.ctx as u32)),
+            (keys::MASK, Value::U32(self.mask_token)),
+        ]
+    }
+}
+
+/// One backbone block in f32, each matrix `[out][in]` row-major.
+#[derive(Debug, Clone)]
+pub struct DSparkBlockWeights {
+    /// Named as in [`BLOCK_TENSORS`].
+    pub tensors: Vec<(String, Vec<f32>)>,
+}
+
+impl DSparkBlockWeights {
+    pub fn get(&self, name: &str) -> &[f32] {
+        &self.tensors.iter().find(|(n, _)| n == name).expect("block tensor").1
+    }
+}
+
+/// A DSpark drafter's weights in f32, row-major `[out][in]`: what a trainer
+/// holds and what [`DSparkWeights::to_gguf`] writes.
+#[derive(Debug, Clone)]
+pub struct DSparkWeights {
+    pub cfg: DSparkConfig,
+    /// d × (m·d).
+    pub fc: Vec<f32>,
+    pub enc_norm: Vec<f32>,
+    pub blocks: Vec<DSparkBlockWeights>,
+    pub output_norm: Vec<f32>,
+    /// Own output head, `draft_vocab × d` (None: the target's, which needs a
+    /// full draft vocabulary).
+    pub output: Option<Vec<f32>>,
+    /// Draft row → target token id.
+    pub d2t: Option<Vec<u32>>,
+    /// target vocab × rank.
+    pub markov_w1: Vec<f32>,
+    /// draft vocab × rank.
+    pub markov_w2: Vec<f32>,
+    /// `(w [d + rank], b)`.
+    pub conf: Option<(Vec<f32>, f32)>,
+}
+
+fn dequant(g: &Gguf, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let (t, data) = g.tensor(name)?;
+    if t.n_elements() as usize != len {
+        return Err(ModelError::BadShape { name: name.into(), got: t.dims.clone(), want: vec![len as u64] });
+    }
+    let mut v = vec![0f32; len];
+    tandem_kernels::quant::dequantize_row(t.ty, data, &mut v);
+    Ok(v)
+}
+
+fn read_ids(ty: GgmlType, data: &[u8]) -> Option<Vec<i64>> {
+    match ty {
+        GgmlType::I32 => Some(data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect()),
+        GgmlType::I64 => Some(
+            data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// Tokenizer keys copied from the target into a drafter file (llama.cpp
+/// loads a drafter as a model of its own, vocabulary included).
+const TOKENIZER_KEYS: [&str; 10] = [
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.unknown_token_id",
+    "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.add_bos_token",
+];
+
+impl DSparkWeights {
+    /// A fresh drafter for `target`: the backbone blocks start as copies of
+    /// the target's last block (q/k norms 1), `fc` passes the last tap
+    /// through, the output head is the target's rows for `d2t`, and the
+    /// Markov and confidence heads start small. `seed` fixes the noise.
+    pub fn init_from_target(target: &Model, cfg: DSparkConfig, d2t: Option<Vec<u32>>, seed: u64) -> Self {
+        let tc = &target.cfg;
+        let g = target.gguf();
+        let d = tc.d_model;
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut noise = |scale: f32| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            ((rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+        };
+        let same_shape = cfg.n_head == tc.n_head && cfg.n_kv_head == tc.n_kv_head && cfg.head_dim == tc.head_dim && cfg.ffn == tc.ffn;
+        let last = tc.n_layer - 1;
+        let blocks = (0..cfg.n_layer)
+            .map(|_| DSparkBlockWeights {
+                tensors: BLOCK_TENSORS
+                    .iter()
+                    .map(|t| {
+                        let (o, i) = cfg.block_shape(t);
+                        let v = if t.ends_with("q_norm.weight") || t.ends_with("k_norm.weight") {
+                            vec![1.0; o]
+                        } else if same_shape {
+                            let (info, data) = g.tensor(&format!("blk.{last}.{t}")).expect("target block tensor");
+                            let mut v = vec![0f32; o * i];
+                            tandem_kernels::quant::dequantize_row(info.ty, data, &mut v);
+                            v
+                        } else if i == 1 {
+                            vec![1.0; o]
+                        } else {
+                            let s = 1.0 / (i as f32).sqrt();
+                            (0..o * i).map(|_| noise(s)).collect()
+                        };
+                        (t.to_string(), v)
+                    })
+                    .collect(),
+            })
+            .collect();
+        let m = cfg.target_layers.len();
+        let mut fc: Vec<f32> = (0..d * m * d).map(|_| noise(0.01)).collect();
+        for r in 0..d {
+            fc[r * m * d + (m - 1) * d + r] += 1.0;
+        }
+        let mut output_norm = vec![0f32; d];
+        let (info, data) = g.tensor("output_norm.weight").expect("output norm");
+        tandem_kernels::quant::dequantize_row(info.ty, data, &mut output_norm);
+        let head = target.output_weight().view(g);
+        let rows: Vec<u32> = d2t.clone().unwrap_or_else(|| (0..tc.vocab as u32).collect());
+        let mut output = vec![0f32; rows.len() * d];
+        for (i, &r) in rows.iter().enumerate() {
+            head.row_f32(r as usize, &mut output[i * d..(i + 1) * d]);
+        }
+        let r = cfg.markov_rank;
+        let markov_w1 = (0..tc.vocab * r).map(|_| noise(0.02)).collect();
+        let markov_w2 = vec![0f32; rows.len() * r];
+        let conf = cfg.has_conf.then(|| (vec![0f32; d + r], 0.0));
+        DSparkWeights {
+            cfg,
+            fc,
+            enc_norm: vec![1.0; d],
+            blocks,
+            output_norm,
+            output: Some(output),
+            d2t,
+            markov_w1,
+            markov_w2,
+            conf,
+        }
+    }
+
+    /// Write a support file for target `id` (whose GGUF `target` lends its
+    /// tokenizer metadata). Matrices in `ty` (F32, F16 or Q8_0), vectors in
+    /// F32, `d2t` as I64 (llama.cpp's type). `extra` metadata is added.
+    pub fn to_gguf(
+        &self,
+        target: &Gguf,
+        id: &TargetId,
+        ty: GgmlType,
+        extra: &[(String, Value)],
+    ) -> Result<tandem_gguf::GgufWriter, tandem_gguf::GgufError> {
+        use tandem_gguf::{GgufError, GgufWriter, TensorData};
+        let c = &self.cfg;
+        let d = c.d_model;
+        let mut w = GgufWriter::new();
+        for (k, v) in c.metadata() {
+            w.set(k, v);
+        }
+        w.set(
+            "general.name",
+            Value::String(format!("DSpark drafter for {} ({} layers, width {d}), block {}", id.arch, id.n_layer, c.block_size)),
+        );
+        for (k, v) in id.metadata(KIND) {
+            w.set(k, v);
+        }
+        w.set(keys::VOCAB, Value::U32(id.vocab as u32));
+        for k in TOKENIZER_KEYS {
+            if let Some(v) = target.get(k) {
+                w.set(k, v.clone());
+            }
+        }
+        for (k, v) in extra {
+            w.set(k.clone(), v.clone());
+        }
+        let vec_t = |name: String, v: &[f32]| TensorData {
+            name,
+            dims: vec![v.len() as u64],
+            ty: GgmlType::F32,
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let mat_t = |name: String, v: &[f32], o: usize, i: usize, ty: GgmlType| -> Result<TensorData, GgufError> {
+            let mut data = Vec::new();
+            for r in v.chunks_exact(i) {
+                data.extend(
+                    tandem_kernels::quant::quantize::quantize_row(ty, r)
+                        .ok_or_else(|| GgufError::Write(format!("{name}: cannot quantize rows of {i} to {ty}")))?,
+                );
+            }
+            Ok(TensorData { name, dims: vec![i as u64, o as u64], ty, data })
+        };
+        let m = c.target_layers.len();
+        w.add_tensor(mat_t("fc.weight".into(), &self.fc, d, m * d, ty)?)?;
+        w.add_tensor(vec_t("enc.output_norm.weight".into(), &self.enc_norm))?;
+        for (n, b) in self.blocks.iter().enumerate() {
+            for (name, v) in &b.tensors {
+                let (o, i) = c.block_shape(name);
+                if i == 1 {
+                    w.add_tensor(vec_t(format!("blk.{n}.{name}"), v))?;
+                } else {
+                    w.add_tensor(mat_t(format!("blk.{n}.{name}"), v, o, i, ty)?)?;
+                }
+            }
+        }
+        w.add_tensor(vec_t("output_norm.weight".into(), &self.output_norm))?;
+        if let Some(o) = &self.output {
+            w.add_tensor(mat_t("output.weight".into(), o, c.draft_vocab, d, ty)?)?;
+        }
+        if let Some(m) = &self.d2t {
+            w.add_tensor(TensorData {
+                name: "d2t".into(),
+                dims: vec![m.len() as u64],
+                ty: GgmlType::I64,
+                data: m.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect(),
+            })?;
+        }
+        let r = c.markov_rank;
+        w.add_tensor(mat_t("markov_w1.weight".into(), &self.markov_w1, id.vocab, r, ty)?)?;
+        w.add_tensor(mat_t("markov_w2.weight".into(), &self.markov_w2, c.draft_vocab, r, ty)?)?;
+        if let Some((cw, cb)) = &self.conf {
+            w.add_tensor(mat_t("conf_proj.weight".into(), cw, 1, d + r, GgmlType::F32)?)?;
+            w.add_tensor(vec_t("conf_proj.bias".into(), &[*cb]))?;
+        }
+        Ok(w)
+    }
+
+    /// Read a DSpark file back as f32 (to continue training, or to test).
+    pub fn from_gguf(g: &Gguf, target: &crate::Config) -> Result<Self, SupportError> {
+        let cfg = DSparkConfig::from_gguf(g, target)?;
+        let kind = SupportKind::DSpark;
+        let terr = |e: ModelError| SupportError::Tensor(kind, e);
+        let d = cfg.d_model;
+        let m = cfg.target_layers.len();
+        let r = cfg.markov_rank;
+        let blocks = (0..cfg.n_layer)
+            .map(|n| {
+                Ok(DSparkBlockWeights {
+                    tensors: BLOCK_TENSORS
+                        .iter()
+                        .map(|t| {
+                            let (o, i) = cfg.block_shape(t);
+                            Ok((t.to_string(), dequant(g, &format!("blk.{n}.{t}"), o * i).map_err(terr)?))
+                        })
+                        .collect::<Result<Vec<_>, SupportError>>()?,
+                })
+            })
+            .collect::<Result<Vec<_>, SupportError>>()?;
+        let output = match g.tensor_info("output.weight") {
+            Some(_) => Some(dequant(g, "output.weight", cfg.draft_vocab * d).map_err(terr)?),
+            None => None,
+        };
+        let d2t = match g.tensor("d2t") {
+            Ok((t, data)) => Some(read_ids(t.ty, data).unwrap_or_default().into_iter().map(|x| x as u32).collect()),
+            Err(_) => None,
+        };
+        let conf = if cfg.has_conf {
+            let w = dequant(g, "conf_proj.weight", d + r).map_err(terr)?;
+            let b = if g.tensor_info("conf_proj.bias").is_some() { dequant(g, "conf_proj.bias", 1).map_err(terr)?[0] } else { 0.0 };
+            Some((w, b))
+        } else {
+            None
+        };
+        Ok(DSparkWeights {
+            fc: dequant(g, "fc.weight", d * m * d).map_err(terr)?,
+            enc_norm: dequant(g, "enc.output_norm.weight", d).map_err(terr)?,
+            blocks,
+            output_norm: dequant(g, "output_norm.weight", d).map_err(terr)?,
+            output,
+            d2t,
+            markov_w1: dequant(g, "markov_w1.weight", target.vocab * r).map_err(terr)?,
+            markov_w2: dequant(g, "markov_w2.weight", cfg.draft_vocab * r).map_err(terr)?,
+            conf,
+            cfg,
+        })
+    }
+}
+
+/// One loaded backbone block.
+struct DLayer {
+    attn_norm: Vec<f32>,
+    wq: WeightRef,
+    wk: WeightRef,
+    wv: WeightRef,
+    wo: WeightRef,
+    q_norm: Vec<f32>,
+    k_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    gate: WeightRef,
+    up: WeightRef,
+    down: WeightRef,
+}
+
+/// A loaded DSpark drafter bound to one target.
+pub struct DSparkModel {
+    gguf: Arc<Gguf>,
+    target: Arc<Model>,
+    pub cfg: DSparkConfig,
+    fc: WeightRef,
+    enc_norm: Vec<f32>,
+    layers: Vec<DLayer>,
+    output_norm: Vec<f32>,
+    /// Own head (None: the target's, full vocabulary).
+    output: Option<WeightRef>,
+    d2t: Option<Vec<u32>>,
+    w1: WeightRef,
+    w2: WeightRef,
+    conf: Option<(Vec<f32>, f32)>,
+}
+
+impl std::fmt::Debug for DSparkModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DSparkModel").field("cfg", &self.cfg).finish()
+    }
+}
+
+/// Load a vector tensor of exactly `n` values.
+fn load_vec_k(g: &Gguf, kind: SupportKind, name: &str, n: usize) -> Result<Vec<f32>, SupportError> {
+    let Some(t) = g.tensor_info(name) else {
+        return Err(SupportError::MissingTensor { kind, name: name.into() });
+    };
+    if t.dims != [n as u64] {
+        return Err(SupportError::Tensor(kind, ModelError::BadShape { name: name.into(), got: t.dims.clone(), want: vec![n as u64] }));
+    }
+    crate::weights::load_vec(g, name, n).map_err(|e| SupportError::Tensor(kind, e))
+}
+
+/// Load a matrix tensor `[k, n]` (ggml order).
+fn load_mat_k(g: &Gguf, kind: SupportKind, name: &str, k: usize, n: usize) -> Result<WeightRef, SupportError> {
+    if g.tensor_info(name).is_none() {
+        return Err(SupportError::MissingTensor { kind, name: name.into() });
+    }
+    WeightRef::load_packed(g, name, k, n).map_err(|e| SupportError::Tensor(kind, e))
+}
+
+impl DSparkModel {
+    /// Validate `g` against `target` (identified by `id`) and load it.
+    pub fn load(g: Arc<Gguf>, target: Arc<Model>, id: &TargetId) -> Result<Self, SupportError> {
+        let kind = SupportKind::DSpark;
+        let found = detect_kind(&g)?;
+        if found != kind {
+            return Err(SupportError::Metadata { kind, msg: format!("file holds an {found} head, not a DSpark drafter") });
+        }
+        id.check(&g, kind)?;
+        let tc = &target.cfg;
+        let cfg = DSparkConfig::from_gguf(&g, tc)?;
+        let meta = |msg: String| SupportError::Metadata { kind, msg };
+        let d = cfg.d_model;
+        for n in 0..cfg.n_layer {
+            for t in BLOCK_TENSORS {
+                let name = format!("blk.{n}.{t}");
+                if g.tensor_info(&name).is_none() {
+                    return Err(SupportError::MissingTensor { kind, name });
+                }
+            }
+        }
+        let fc = load_mat_k(&g, kind, "fc.weight", cfg.feat_dim(), d)?;
+        let enc_norm = load_vec_k(&g, kind, "enc.output_norm.weight", d)?;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for n in 0..cfg.n_layer {
+            let p = |s: &str| format!("blk.{n}.{s}");
+            let (qd, kvd, f, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.ffn, cfg.head_dim);
+            layers.push(DLayer {
+                attn_norm: load_vec_k(&g, kind, &p("attn_norm.weight"), d)?,
+                wq: load_mat_k(&g, kind, &p("attn_q.weight"), d, qd)?,
+                wk: load_mat_k(&g, kind, &p("attn_k.weight"), d, kvd)?,
+                wv: load_mat_k(&g, kind, &p("attn_v.weight"), d, kvd)?,
+                wo: load_mat_k(&g, kind, &p("attn_output.weight"), qd, d)?,
+                q_norm: load_vec_k(&g, kind, &p("attn_q_norm.weight"), hd)?,
+                k_norm: load_vec_k(&g, kind, &p("attn_k_norm.weight"), hd)?,
+                ffn_norm: load_vec_k(&g, kind, &p("ffn_norm.weight"), d)?,
+                gate: load_mat_k(&g, kind, &p("ffn_gate.weight"), d, f)?,
+                up: load_mat_k(&g, kind, &p("ffn_up.weight"), d, f)?,
+                down: load_mat_k(&g, kind, &p("ffn_down.weight"), f, d)?,
+            });
+        }
+        let output_norm = load_vec_k(&g, kind, "output_norm.weight", d)?;
+        let d2t = match g.tensor("d2t") {
+            Err(_) => None,
+            Ok((t, data)) => {
+                let ids = read_ids(t.ty, data).ok_or_else(|| SupportError::BadType {
+                    kind,
+                    name: "d2t".into(),
+                    ty: t.ty.to_string(),
+                    want: "I64 or I32",
+                })?;
+                if t.dims.len() != 1 {
+                    return Err(meta(format!("d2t has shape {:?}", t.dims)));
+                }
+                if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= tc.vocab) {
+                    return Err(meta(format!("d2t maps to token {bad} outside the vocabulary of {}", tc.vocab)));
+                }
+                let mut seen = vec![false; tc.vocab];
+                for &i in &ids {
+                    if std::mem::replace(&mut seen[i as usize], true) {
+                        return Err(meta(format!("d2t maps two draft rows to token {i}")));
+                    }
+                }
+                Some(ids.into_iter().map(|i| i as u32).collect::<Vec<u32>>())
+            }
+        };
+        let output = if g.tensor_info("output.weight").is_some() {
+            Some(load_mat_k(&g, kind, "output.weight", d, cfg.draft_vocab)?)
+        } else if d2t.is_some() {
+            return Err(SupportError::MissingTensor { kind, name: "output.weight (required with d2t)".into() });
+        } else {
+            None
+        };
+        let r = cfg.markov_rank;
+        let w1 = load_mat_k(&g, kind, "markov_w1.weight", r, tc.vocab)?;
+        let w2 = load_mat_k(&g, kind, "markov_w2.weight", r, cfg.draft_vocab)?;
+        let conf = if cfg.has_conf {
+            let (t, _) = g.tensor("conf_proj.weight").map_err(|e| SupportError::Tensor(kind, e.into()))?;
+            let want = [(d + r) as u64, 1];
+            if t.dims != want && t.dims != [(d + r) as u64] {
+                return Err(SupportError::Tensor(
+                    kind,
+                    ModelError::BadShape { name: "conf_proj.weight".into(), got: t.dims.clone(), want: want.to_vec() },
+                ));
+            }
+            let w = dequant(&g, "conf_proj.weight", d + r).map_err(|e| SupportError::Tensor(kind, e))?;
+            let b = if g.tensor_info("conf_proj.bias").is_some() { load_vec_k(&g, kind, "conf_proj.bias", 1)?[0] } else { 0.0 };
+            Some((w, b))
+        } else {
+            None
+        };
+        Ok(DSparkModel { gguf: g, target, cfg, fc, enc_norm, layers, output_norm, output, d2t, w1, w2, conf })
+    }
+
+    pub fn target(&self) -> &Arc<Model> {
+        &self.target
+    }
+
+    pub fn has_confidence(&self) -> bool {
+        self.conf.is_some()
+    }
+
+    /// Target token id of draft row `r`.
+    pub fn to_target(&self, r: usize) -> u32 {
+        self.d2t.as_ref().map_or(r as u32, |v| v[r])
+    }
+
+    /// A cache for the backbone (context rows + one block).
+    pub fn new_cache(&self, ctx: usize) -> KvCache {
+        KvCache::new(self.cfg.n_layer, self.cfg.kv_dim(), ctx.max(1) + self.cfg.block_size)
+    }
+
+    fn rope_row(&self, x: &mut [f32], pos: usize) {
+        let hd = self.cfg.head_dim;
+        let mut cs = vec![(0f32, 0f32); hd / 2];
+        ops::rope_angles(pos, hd, self.cfg.rope_base, 1.0, &mut cs);
+        for h in x.chunks_exact_mut(hd) {
+            ops::rope_halves(h, &cs);
+        }
+    }
+
+    fn head_norm(x: &mut [f32], w: &[f32], eps: f32, hd: usize) {
+        let mut tmp = vec![0f32; hd];
+        for h in x.chunks_exact_mut(hd) {
+            ops::rmsnorm(h, w, eps, &mut tmp);
+            h.copy_from_slice(&tmp);
+        }
+    }
+
+    /// Append context rows for positions `cache.len()..`: `feats` holds
+    /// `rows × (m·d)` target features (taps concatenated in
+    /// `target_layers` order).
+    pub fn inject(&self, pool: &ThreadPool, cache: &mut KvCache, feats: &[f32], rows: usize) -> Result<(), ModelError> {
+        let c = &self.cfg;
+        let (d, fd, kvd) = (c.d_model, c.feat_dim(), c.kv_dim());
+        if feats.len() != rows * fd {
+            return Err(ModelError::BadConfig(format!("dspark: {} feature values for {rows} rows of {fd}", feats.len())));
+        }
+        if cache.len() + rows > cache.ctx() {
+            return Err(ModelError::ContextFull { have: cache.len(), add: rows, ctx: cache.ctx() });
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let p0 = cache.len();
+        let g = &self.gguf;
+        let mut x = vec![0f32; rows * d];
+        matmul(pool, &self.fc.view(g), feats, rows, &mut x);
+        let mut gn = vec![0f32; rows * d];
+        for i in 0..rows {
+            ops::rmsnorm(&x[i * d..(i + 1) * d], &self.enc_norm, c.eps, &mut gn[i * d..(i + 1) * d]);
+        }
+        let mut k = vec![0f32; rows * kvd];
+        let mut v = vec![0f32; rows * kvd];
+        for (li, ly) in self.layers.iter().enumerate() {
+            matmul_many(pool, &[&ly.wk.view(g), &ly.wv.view(g)], &gn, rows, &mut [&mut k, &mut v]);
+            for i in 0..rows {
+                let kr = &mut k[i * kvd..(i + 1) * kvd];
+                Self::head_norm(kr, &ly.k_norm, c.eps, c.head_dim);
+                self.rope_row(kr, p0 + i);
+            }
+            cache.push_layer(li, &k, &v);
+        }
+        cache.commit(rows);
+        Ok(())
+    }
+
+    /// Run the backbone on a block of `n` slots (`n ≤ block_size`): slot 0 is
+    /// `anchor` at position `cache.len()`, the others the mask token. Fills
+    /// `e` (`n × d`, after the output norm) and `base` (`n × draft_vocab`).
+    /// The cache is left as it was (block rows are dropped).
+    pub fn block(
+        &self,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        anchor: u32,
+        n: usize,
+        e: &mut Vec<f32>,
+        base: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let c = &self.cfg;
+        let (d, qd, kvd, f, hd) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn, c.head_dim);
+        if n == 0 || n > c.block_size {
+            return Err(ModelError::BadConfig(format!("dspark: block of {n} slots (trained size {})", c.block_size)));
+        }
+        if cache.len() + n > cache.ctx() {
+            return Err(ModelError::ContextFull { have: cache.len(), add: n, ctx: cache.ctx() });
+        }
+        let a = cache.len();
+        let g = &self.gguf;
+        let mut x = vec![0f32; n * d];
+        self.target.embed(anchor, &mut x[..d])?;
+        for i in 1..n {
+            self.target.embed(c.mask_token, &mut x[i * d..(i + 1) * d])?;
+        }
+        let mut h = vec![0f32; n * d];
+        let mut q = vec![0f32; n * qd];
+        let mut k = vec![0f32; n * kvd];
+        let mut v = vec![0f32; n * kvd];
+        let mut att = vec![0f32; n * qd];
+        let mut o = vec![0f32; n * d];
+        let mut gt = vec![0f32; n * f];
+        let mut up = vec![0f32; n * f];
+        for (li, ly) in self.layers.iter().enumerate() {
+            for i in 0..n {
+                ops::rmsnorm(&x[i * d..(i + 1) * d], &ly.attn_norm, c.eps, &mut h[i * d..(i + 1) * d]);
+            }
+            matmul_many(pool, &[&ly.wq.view(g), &ly.wk.view(g), &ly.wv.view(g)], &h, n, &mut [&mut q, &mut k, &mut v]);
+            for i in 0..n {
+                let qr = &mut q[i * qd..(i + 1) * qd];
+                Self::head_norm(qr, &ly.q_norm, c.eps, hd);
+                self.rope_row(qr, a + i);
+                let kr = &mut k[i * kvd..(i + 1) * kvd];
+                Self::head_norm(kr, &ly.k_norm, c.eps, hd);
+                self.rope_row(kr, a + i);
+            }
+            cache.push_layer(li, &k, &v);
+            block_attention(pool, c, cache, li, a + n, n, &q, &mut att);
+            matmul(pool, &ly.wo.view(g), &att, n, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            for i in 0..n {
+                ops::rmsnorm(&x[i * d..(i + 1) * d], &ly.ffn_norm, c.eps, &mut h[i * d..(i + 1) * d]);
+            }
+            matmul_many(pool, &[&ly.gate.view(g), &ly.up.view(g)], &h, n, &mut [&mut gt, &mut up]);
+            ops::silu_mul(&mut gt, &up);
+            matmul(pool, &ly.down.view(g), &gt, n, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        }
+        // the block's rows were pushed layer by layer without a commit: drop them
+        cache.commit(n);
+        cache.truncate(a);
+        let e = resize(e, n * d);
+        for i in 0..n {
+            ops::rmsnorm(&x[i * d..(i + 1) * d], &self.output_norm, c.eps, &mut e[i * d..(i + 1) * d]);
+        }
+        match &self.output {
+            Some(w) => {
+                base.resize(n * w.n, 0.0);
+                matmul(pool, &w.view(g), e, n, base);
+            }
+            None => self.target.lm_head(pool, e, n, base),
+        }
+        Ok(())
+    }
+
+    /// One Markov step: add `w2 · w1[prev]` to `logits` (a slot's base
+    /// logits, draft vocabulary) and return the slot's confidence
+    /// σ(conf · [e; w1[prev]] + b) (None without a confidence head).
+    pub fn markov(&self, pool: &ThreadPool, prev: u32, e: &[f32], logits: &mut [f32]) -> Result<Option<f32>, ModelError> {
+        let c = &self.cfg;
+        if prev as usize >= self.target.cfg.vocab {
+            return Err(ModelError::BadToken { id: prev, vocab: self.target.cfg.vocab });
+        }
+        let r = c.markov_rank;
+        let mut w = vec![0f32; r];
+        self.w1.view(&self.gguf).row_f32(prev as usize, &mut w);
+        let mut bias = vec![0f32; c.draft_vocab];
+        matmul(pool, &self.w2.view(&self.gguf), &w, 1, &mut bias);
+        logits.iter_mut().zip(&bias).for_each(|(l, b)| *l += b);
+        Ok(self.conf.as_ref().map(|(cw, cb)| {
+            let z = ops::dot_f32(&cw[..c.d_model], e) + ops::dot_f32(&cw[c.d_model..], &w) + cb;
+            1.0 / (1.0 + (-z).exp())
+        }))
+    }
+}
+
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each (row, head) unit writes only its own head_dim slice.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// Non-causal attention of `n` block rows over cache rows `0..n_ctx` (the
+/// context and the whole block).
+#[allow(clippy::too_many_arguments)]
+fn block_attention(pool: &ThreadPool, c: &DSparkConfig, cache: &KvCache, layer: usize, n_ctx: usize, n: usize, q: &[f32], out: &mut [f32]) {
+    let (kc, vc) = cache.layer(layer);
+    let (hd, kvd, qd) = (c.head_dim, c.kv_dim(), c.q_dim());
+    let group = c.n_head / c.n_kv_head;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let units = n * c.n_head;
+    let optr = OutPtr(out.as_mut_ptr());
+    pool.run(|t, nt| {
+        let optr = optr;
+        let mut sc = vec![0f32; n_ctx];
+        for u in split_range(units, nt, t, 1) {
+            let (i, h) = (u / c.n_head, u % c.n_head);
+            let kvh = h / group;
+            let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
+            for (j, s) in sc.iter_mut().enumerate() {
+                *s = ops::dot_f32(qh, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale;
+            }
+            ops::softmax_inplace(&mut sc);
+            // SAFETY: unit u owns out[i*qd + h*hd .. +hd].
+            let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(i * qd + h * hd), hd) };
+            o.iter_mut().for_each(|v| *v = 0.0);
+            for (j, &p) in sc.iter().enumerate() {
+                ops::axpy(o, p, &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]);
+            }
+        }
+    });
+}
