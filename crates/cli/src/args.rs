@@ -198,6 +198,21 @@ pub struct SpecArgs {
     /// MTP: stop drafting when a draft's top-1 minus top-2 logit is below F.
     #[arg(long, value_name = "F", default_value_t = 0.0, help_heading = "Speculative decoding")]
     pub mtp_margin: f32,
+    /// Use the DSpark drafter in the --mtp file (block drafting with Markov
+    /// and confidence heads).
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub dspark: bool,
+    /// DSpark: slots per draft pass (at most the trained block size; default: the trained size).
+    #[arg(long, value_name = "N", help_heading = "Speculative decoding")]
+    pub dspark_block_size: Option<usize>,
+    /// DSpark: stop a draft at the first position whose confidence is below F
+    /// (default: the scheduler picks the length from the confidences and the
+    /// measured verify cost per width).
+    #[arg(long, value_name = "F", help_heading = "Speculative decoding")]
+    pub dspark_confidence: Option<f32>,
+    /// DSpark: load and validate the drafter but decode target-only (A/B checks).
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub dspark_strict: bool,
     /// Make an unusable support file an error instead of falling back to plain decoding.
     #[arg(long, help_heading = "Speculative decoding")]
     pub spec_require: bool,
@@ -232,6 +247,10 @@ impl SpecArgs {
             mtp: self.mtp.clone(),
             mtp_draft: self.mtp_draft,
             mtp_margin: self.mtp_margin,
+            dspark: self.dspark || self.dspark_strict,
+            dspark_block_size: self.dspark_block_size,
+            dspark_confidence: self.dspark_confidence,
+            dspark_strict: self.dspark_strict,
             require: self.spec_require,
         }
     }

@@ -138,7 +138,7 @@ fn lookup_output_equals_plain_and_stats_are_printed() {
     let (spec, err) = run_ok(&args);
     assert_eq!(plain, spec);
     assert!(err.contains("spec: cycles"), "{err}");
-    assert!(err.contains("spec cycle pos="), "{err}");
+    assert!(err.contains("spec cycle=1 pos="), "{err}");
 }
 
 #[test]

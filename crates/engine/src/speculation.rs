@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use tandem_gguf::Gguf;
 use tandem_model::support::detect_kind;
-use tandem_model::{MtpHead, SupportError, SupportKind, TargetId};
-use tandem_spec::{DraftModel, Drafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
+use tandem_model::{DSparkModel, MtpHead, SupportError, SupportKind, TargetId};
+use tandem_spec::{
+    DSparkDrafter, DSparkOptions, DraftModel, Drafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError,
+    Speculator,
+};
 
 use crate::{Engine, EngineError};
 
@@ -31,6 +34,16 @@ pub struct SpecOptions {
     pub mtp_draft: Option<usize>,
     /// MTP: stop drafting when a draft's top-1 minus top-2 logit is below this.
     pub mtp_margin: f32,
+    /// Use a DSpark drafter found in the support file (without it, a DSpark
+    /// file is reported and decoding stays plain, as ds4 does).
+    pub dspark: bool,
+    /// DSpark: slots per draft pass (None: the trained block size).
+    pub dspark_block_size: Option<usize>,
+    /// DSpark: stop at the first position whose confidence is below this
+    /// (None: the scheduler chooses the length from the confidences).
+    pub dspark_confidence: Option<f32>,
+    /// DSpark: load and validate the drafter, then decode target-only.
+    pub dspark_strict: bool,
     /// A support file that cannot be used is an error instead of a warning
     /// followed by plain decoding.
     pub require: bool,
@@ -52,9 +65,13 @@ impl Engine {
         if chosen > 1 {
             return Err(SpecError::BadOption("choose one drafter: --lookup, --draft-model or --mtp".into()).into());
         }
+        if o.mtp.is_none() && (o.dspark || o.dspark_block_size.is_some() || o.dspark_confidence.is_some()) {
+            return Err(SpecError::BadOption("--dspark options need a support file: --mtp FILE --dspark".into()).into());
+        }
         if let Some(path) = &o.mtp {
-            return match self.mtp_drafter(path, o, ctx) {
-                Ok(d) => {
+            return match self.support_drafter(path, o, ctx) {
+                Ok(None) => Ok(None),
+                Ok(Some(d)) => {
                     let k = d.max_draft();
                     Ok(Some(Speculator::new(d, self.spec_config(o, k))?))
                 }
@@ -111,28 +128,60 @@ impl Engine {
         TargetId::new(&self.model.cfg, self.tokenizer.vocab_hash())
     }
 
-    /// Load and validate a support file for this target.
-    pub fn load_mtp_head(&self, path: &Path) -> Result<MtpHead, EngineError> {
+    /// Open a support file and tell its kind.
+    fn open_support(&self, path: &Path) -> Result<(Arc<Gguf>, SupportKind), EngineError> {
         let support = |e: SupportError| EngineError::Support(format!("--mtp {}: {e}", path.display()));
         if !path.exists() {
             return Err(EngineError::Support(format!("--mtp {}: file not found", path.display())));
         }
         let g = Arc::new(Gguf::open(path).map_err(|e| support(e.into()))?);
-        match detect_kind(&g).map_err(support)? {
-            SupportKind::Mtp => MtpHead::load(g, self.model.clone(), &self.target_id()).map_err(support),
-            SupportKind::DSpark => Err(EngineError::Support(format!(
-                "--mtp {}: DSpark drafter detected; DSpark decoding is not available in this build",
+        let kind = detect_kind(&g).map_err(support)?;
+        Ok((g, kind))
+    }
+
+    /// Load and validate an MTP head for this target.
+    pub fn load_mtp_head(&self, path: &Path) -> Result<MtpHead, EngineError> {
+        match self.open_support(path)? {
+            (g, SupportKind::Mtp) => MtpHead::load(g, self.model.clone(), &self.target_id())
+                .map_err(|e| EngineError::Support(format!("--mtp {}: {e}", path.display()))),
+            (_, SupportKind::DSpark) => Err(EngineError::Support(format!(
+                "--mtp {}: DSpark drafter detected; add --dspark to decode with it",
                 path.display()
             ))),
         }
     }
 
-    fn mtp_drafter(&self, path: &Path, o: &SpecOptions, ctx: usize) -> Result<Box<dyn Drafter>, EngineError> {
+    /// Load and validate a DSpark drafter for this target.
+    pub fn load_dspark(&self, path: &Path) -> Result<DSparkModel, EngineError> {
+        match self.open_support(path)? {
+            (g, SupportKind::DSpark) => DSparkModel::load(g, self.model.clone(), &self.target_id())
+                .map_err(|e| EngineError::Support(format!("--mtp {}: {e}", path.display()))),
+            (_, SupportKind::Mtp) => Err(EngineError::Support(format!(
+                "--mtp {} --dspark: the file holds an MTP head, not a DSpark drafter (drop --dspark to use it)",
+                path.display()
+            ))),
+        }
+    }
+
+    /// The drafter of a support file; None when it is loaded but decoding
+    /// stays target-only (`--dspark-strict`).
+    fn support_drafter(&self, path: &Path, o: &SpecOptions, ctx: usize) -> Result<Option<Box<dyn Drafter>>, EngineError> {
+        if o.dspark {
+            let model = Arc::new(self.load_dspark(path)?);
+            let block_size = o.dspark_block_size.unwrap_or(model.cfg.block_size);
+            let opts = DSparkOptions { block_size, confidence: o.dspark_confidence };
+            let drafter = DSparkDrafter::new(model, self.pool.clone(), ctx, opts)?;
+            if o.dspark_strict {
+                tracing::info!("--dspark-strict: {} loaded and valid; decoding target-only", drafter.name());
+                return Ok(None);
+            }
+            return Ok(Some(Box::new(drafter)));
+        }
         let k = o.mtp_draft.or(o.max_draft).unwrap_or(MTP_DEFAULT_DRAFT);
         if k == 0 || k > tandem_spec::MAX_DRAFT {
             return Err(SpecError::BadOption(format!("--mtp-draft {k} out of range 1..={}", tandem_spec::MAX_DRAFT)).into());
         }
         let head = Arc::new(self.load_mtp_head(path)?);
-        Ok(Box::new(MtpDrafter::new(head, self.pool.clone(), ctx, k, o.mtp_margin)?))
+        Ok(Some(Box::new(MtpDrafter::new(head, self.pool.clone(), ctx, k, o.mtp_margin)?)))
     }
 }

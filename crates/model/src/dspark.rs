@@ -97,6 +97,39 @@ pub struct DSparkConfig {
 }
 
 impl DSparkConfig {
+    /// A drafter shaped like `target`'s blocks: `n_layer` backbone layers,
+    /// block size `block_size`, taps `target_layers`, Markov rank `rank`,
+    /// a draft vocabulary of `draft_vocab` rows (the target's when equal),
+    /// mask token `mask`, with a confidence head.
+    pub fn for_target(
+        target: &crate::Config,
+        n_layer: usize,
+        block_size: usize,
+        target_layers: Vec<usize>,
+        rank: usize,
+        draft_vocab: usize,
+        mask: u32,
+    ) -> Self {
+        DSparkConfig {
+            n_layer,
+            d_model: target.d_model,
+            n_head: target.n_head,
+            n_kv_head: target.n_kv_head,
+            head_dim: target.head_dim,
+            ffn: target.ffn,
+            eps: target.eps,
+            rope_base: target.rope_base,
+            ctx: target.ctx_train,
+            block_size,
+            target_layers,
+            sample_from_anchor: true,
+            mask_token: mask,
+            markov_rank: rank,
+            draft_vocab,
+            has_conf: true,
+        }
+    }
+
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
     }

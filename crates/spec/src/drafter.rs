@@ -61,6 +61,12 @@ pub trait Drafter: Send {
     /// Of `proposed` tokens verified, the first `accepted` were accepted.
     fn feedback(&mut self, _proposed: usize, _accepted: usize) {}
 
+    /// True when one proposal costs about the same whatever its length (a
+    /// block drafter); false when the cost grows with each drafted token.
+    fn fixed_cost(&self) -> bool {
+        false
+    }
+
     /// Target hidden states this drafter needs for every committed position
     /// (MTP: the final hidden; DSpark: several layers). Empty: none.
     fn taps(&self) -> Vec<HiddenTap> {

@@ -13,6 +13,7 @@
 
 pub mod draft_model;
 pub mod drafter;
+pub mod dspark;
 pub mod mtp;
 pub mod ngram;
 pub mod sampling;
@@ -23,6 +24,7 @@ pub mod verify;
 
 pub use draft_model::DraftModel;
 pub use drafter::{Draft, Drafter};
+pub use dspark::{DSparkDrafter, DSparkOptions};
 pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
 pub use scheduler::{Scheduler, SchedulerConfig};

@@ -45,8 +45,10 @@ pub struct Scheduler {
     verify_cost: Vec<f64>,
     /// Measured widths (others are interpolated).
     measured: Vec<bool>,
-    /// Seconds per drafted token.
+    /// Seconds per drafted token (or per proposal when `fixed_draft`).
     draft_cost: f64,
+    /// The drafter's cost is per proposal (a block drafter), not per token.
+    fixed_draft: bool,
     /// Conditional acceptance estimate per draft position.
     alpha: Vec<f64>,
     plain_streak: usize,
@@ -61,6 +63,7 @@ impl Scheduler {
             verify_cost: vec![0.0; n + 1],
             measured: vec![false; n + 1],
             draft_cost: 0.0,
+            fixed_draft: false,
             plain_streak: 0,
         }
     }
@@ -83,9 +86,14 @@ impl Scheduler {
         }
     }
 
+    /// Price drafts per proposal instead of per token (block drafters).
+    pub fn set_fixed_draft_cost(&mut self, fixed: bool) {
+        self.fixed_draft = fixed;
+    }
+
     pub fn observe_draft(&mut self, tokens: usize, secs: f64) {
         if tokens > 0 {
-            let per = secs / tokens as f64;
+            let per = if self.fixed_draft { secs } else { secs / tokens as f64 };
             let a = self.cfg.ema;
             self.draft_cost = if self.draft_cost == 0.0 { per } else { (1.0 - a) * self.draft_cost + a * per };
         }
@@ -130,15 +138,25 @@ impl Scheduler {
     }
 
     /// Expected committed tokens per second with k drafts and the given
-    /// conditional acceptance probabilities.
-    fn rate(&self, k: usize, alpha: &[f64]) -> f64 {
+    /// conditional acceptance probabilities. `sunk`: the draft has already
+    /// been paid for (a block drafter's pass, when truncating).
+    fn rate(&self, k: usize, alpha: &[f64], sunk: bool) -> f64 {
         let mut e = 1.0;
         let mut surv = 1.0;
         for a in alpha.iter().take(k) {
             surv *= a;
             e += surv;
         }
-        e / (self.draft_cost * k as f64 + self.verify_cost(k + 1))
+        let draft = if self.fixed_draft {
+            if k > 0 || sunk {
+                self.draft_cost
+            } else {
+                0.0
+            }
+        } else {
+            self.draft_cost * k as f64
+        };
+        e / (draft + self.verify_cost(k + 1))
     }
 
     /// How many tokens to ask the drafter for (before any are drafted).
@@ -149,7 +167,22 @@ impl Scheduler {
         if !self.cfg.adaptive {
             return offered;
         }
-        let k = self.best(offered, &self.alpha.clone());
+        let alpha = self.alpha.clone();
+        let k = if self.fixed_draft {
+            // one pass pays for the whole block, so the first draft token
+            // alone may not pay while several do: take the best length
+            // overall (the choice only uses past statistics, so it is lossless)
+            let mut best = (0, self.rate(0, &alpha, false));
+            for k in 1..=offered.min(alpha.len()) {
+                let r = self.rate(k, &alpha, false);
+                if r > best.1 * (1.0 + MIN_GAIN) {
+                    best = (k, r);
+                }
+            }
+            best.0
+        } else {
+            self.best(offered, &alpha, false)
+        };
         if k == 0 {
             self.plain_streak += 1;
             if self.plain_streak >= self.cfg.probe_every {
@@ -169,17 +202,17 @@ impl Scheduler {
             return drafted;
         }
         let alpha: Vec<f64> = confidence.iter().take(drafted).map(|&c| c.clamp(0.0, 1.0) as f64).collect();
-        self.best(drafted, &alpha)
+        self.best(drafted, &alpha, true)
     }
 
     /// Greedy scan: extend k while the rate improves by more than
     /// [`MIN_GAIN`] (stops at the first non-improvement, which keeps the choice
     /// lossless; the margin keeps timing noise from buying useless drafts).
-    fn best(&self, max: usize, alpha: &[f64]) -> usize {
+    fn best(&self, max: usize, alpha: &[f64], sunk: bool) -> usize {
         let mut k = 0;
-        let mut r = self.rate(0, alpha);
+        let mut r = self.rate(0, alpha, sunk);
         while k < max.min(alpha.len()) {
-            let r2 = self.rate(k + 1, alpha);
+            let r2 = self.rate(k + 1, alpha, sunk);
             if r2 <= r * (1.0 + MIN_GAIN) {
                 break;
             }
@@ -240,6 +273,24 @@ mod tests {
         let s = sched();
         assert_eq!(s.truncate(5, &[0.95, 0.9, 0.05, 0.9, 0.9]), 2);
         assert_eq!(s.truncate(3, &[]), 3);
+    }
+
+    #[test]
+    fn block_drafter_pays_once_per_pass() {
+        let mut s = sched();
+        s.set_fixed_draft_cost(true);
+        // a pass costs as much as a 4-wide verify; 1 draft alone cannot pay
+        s.observe_draft(4, 0.010 * 1.75);
+        for _ in 0..200 {
+            s.observe_acceptance(4, 4);
+        }
+        assert_eq!(s.budget(4), 4);
+        // once drafted, the pass is sunk: keep the confident prefix
+        assert_eq!(s.truncate(4, &[0.9, 0.9, 0.05, 0.9]), 2);
+        for _ in 0..200 {
+            s.observe_acceptance(4, 0);
+        }
+        assert_eq!(s.budget(4), 0);
     }
 
     #[test]

@@ -70,7 +70,8 @@ impl Speculator {
         if cfg.max_draft == 0 || cfg.max_draft > crate::MAX_DRAFT {
             return Err(SpecError::BadOption(format!("draft length {}: need 1..={}", cfg.max_draft, crate::MAX_DRAFT)));
         }
-        let sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
+        let mut sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
+        sched.set_fixed_draft_cost(drafter.fixed_cost());
         let taps = drafter.taps();
         Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), out: ForwardOutput::default(), trace: None, taps, observed: 0 })
     }
@@ -194,6 +195,12 @@ impl Speculator {
         }
         let proposed = self.draft.tokens.len();
         let k = self.sched.truncate(proposed, &self.draft.confidence);
+        let conf_log = if self.cfg.log && !self.draft.confidence.is_empty() {
+            let c: Vec<String> = self.draft.confidence.iter().map(|c| format!("{c:.2}")).collect();
+            format!(" conf=[{}]", c.join(","))
+        } else {
+            String::new()
+        };
         self.draft.truncate(k);
 
         let base = cache.len();
@@ -248,9 +255,12 @@ impl Speculator {
             self.sched.observe_acceptance(k, v.accepted);
         }
         self.stats.record(proposed, k, v.accepted, draft_secs, verify_secs);
+        self.stats.record_confidence(&self.draft.confidence, v.accepted);
         if self.cfg.log {
             eprintln!(
-                "spec cycle pos={base} proposed={proposed} drafted={k} accepted={a} committed={} draft_ms={:.2} verify_ms={:.2}",
+                "spec cycle={} pos={base} drafted={proposed} cut={} verified={k} accepted={a} committed={}{conf_log} draft_ms={:.2} verify_ms={:.2}",
+                self.stats.cycles,
+                proposed - k,
                 a + 1,
                 draft_secs * 1e3,
                 verify_secs * 1e3

@@ -22,6 +22,13 @@ pub struct SpecStats {
     /// Per draft position: how often it was verified and accepted.
     pub pos_verified: Vec<u64>,
     pub pos_accepted: Vec<u64>,
+    /// Confidence calibration, per draft position i: cycles that verified
+    /// position i with all earlier drafts accepted (i was "reached"), the sum
+    /// of the drafter's confidence there (its predicted conditional
+    /// acceptance), and how many of those were accepted.
+    pub pos_reached: Vec<u64>,
+    pub pos_conf_sum: Vec<f64>,
+    pub pos_hit: Vec<u64>,
     pub draft_secs: f64,
     pub verify_secs: f64,
     /// Measured seconds of a one-position forward (a plain decode step).
@@ -58,6 +65,37 @@ impl SpecStats {
         }
         self.draft_secs += draft_secs;
         self.verify_secs += verify_secs;
+    }
+
+    /// Record the drafter's confidences for a verified draft of which the
+    /// first `accepted` were accepted.
+    pub fn record_confidence(&mut self, confidence: &[f32], accepted: usize) {
+        for (i, &c) in confidence.iter().enumerate() {
+            if i > accepted {
+                break;
+            }
+            bump(&mut self.pos_reached, i);
+            if self.pos_conf_sum.len() <= i {
+                self.pos_conf_sum.resize(i + 1, 0.0);
+                self.pos_hit.resize(i + 1, 0);
+            }
+            self.pos_conf_sum[i] += c as f64;
+            if i < accepted {
+                self.pos_hit[i] += 1;
+            }
+        }
+    }
+
+    /// Per position: (reached, mean predicted confidence, observed
+    /// conditional acceptance).
+    pub fn calibration(&self) -> Vec<(u64, f64, f64)> {
+        (0..self.pos_reached.len())
+            .filter(|&i| self.pos_reached[i] > 0)
+            .map(|i| {
+                let n = self.pos_reached[i] as f64;
+                (self.pos_reached[i], self.pos_conf_sum[i] / n, self.pos_hit[i] as f64 / n)
+            })
+            .collect()
     }
 
     pub fn acceptance_rate(&self) -> f64 {
@@ -99,6 +137,16 @@ impl SpecStats {
             }
             dst.iter_mut().zip(src).for_each(|(a, b)| *a += b);
         }
+        for (dst, src) in [(&mut self.pos_reached, &o.pos_reached), (&mut self.pos_hit, &o.pos_hit)] {
+            if dst.len() < src.len() {
+                dst.resize(src.len(), 0);
+            }
+            dst.iter_mut().zip(src).for_each(|(a, b)| *a += b);
+        }
+        if self.pos_conf_sum.len() < o.pos_conf_sum.len() {
+            self.pos_conf_sum.resize(o.pos_conf_sum.len(), 0.0);
+        }
+        self.pos_conf_sum.iter_mut().zip(&o.pos_conf_sum).for_each(|(a, b)| *a += b);
         self.draft_secs += o.draft_secs;
         self.verify_secs += o.verify_secs;
         if self.plain_step_secs == 0.0 {
@@ -109,11 +157,29 @@ impl SpecStats {
     /// Multi-line human summary.
     pub fn report(&self) -> String {
         let hist = |h: &[u64]| h.iter().enumerate().map(|(i, c)| format!("{i}:{c}")).collect::<Vec<_>>().join(" ");
+        let cal = self.calibration();
+        let cal = if cal.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\nspec: confidence calibration per position (reached: predicted/observed) [{}]",
+                cal.iter()
+                    .enumerate()
+                    .map(|(i, (n, p, o))| format!("{}:{n}: {:.2}/{:.2}", i + 1, p, o))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let pos = (0..self.pos_verified.len())
+            .map(|i| format!("{}:{:.0}%", i + 1, 100.0 * self.pos_accepted[i] as f64 / self.pos_verified[i].max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(" ");
         format!(
             "spec: cycles {} ({} plain), proposed {}, drafted {}, accepted {} ({:.1}%), mean committed/cycle {:.2}\n\
              spec: draft lengths [{}]\n\
              spec: accepted lengths [{}]\n\
-             spec: draft {:.1} ms, verify {:.1} ms, plain step {:.2} ms, net saved vs plain {:.1} ms",
+             spec: acceptance per draft position [{}]\n\
+             spec: draft {:.1} ms, verify {:.1} ms, plain step {:.2} ms, net saved vs plain {:.1} ms{}",
             self.cycles,
             self.plain_cycles,
             self.proposed,
@@ -123,10 +189,12 @@ impl SpecStats {
             self.mean_committed(),
             hist(&self.draft_hist),
             hist(&self.accept_hist),
+            pos,
             self.draft_secs * 1e3,
             self.verify_secs * 1e3,
             self.plain_step_secs * 1e3,
-            self.saved_secs() * 1e3
+            self.saved_secs() * 1e3,
+            cal
         )
     }
 }

@@ -1,0 +1,197 @@
+//! The DSpark drafter: one backbone pass drafts a whole block, the Markov head
+//! chains the tokens left to right, and the confidence head says how far the
+//! block is worth verifying.
+//!
+//! The drafter's KV cache holds one context row per committed position, made
+//! from the target's hidden states at several layers (handed over through
+//! [`Drafter::observe`]). A draft runs the block `[next, mask, …]` at the
+//! positions after the history; its rows are dropped again. A rollback of the
+//! target truncates the context rows the same way.
+
+use std::sync::Arc;
+
+use tandem_kernels::ThreadPool;
+use tandem_model::{DSparkModel, HiddenTap, KvCache};
+
+use crate::drafter::{Draft, Drafter};
+use crate::sampling::{argmax, Rng, Sampler, SamplerParams};
+use crate::SpecError;
+
+/// Runtime settings of the DSpark drafter.
+#[derive(Debug, Clone, Copy)]
+pub struct DSparkOptions {
+    /// Slots per backbone pass (≤ the trained block size).
+    pub block_size: usize,
+    /// Stop at the first position whose confidence is below this (None: let
+    /// the scheduler choose the length from the confidences).
+    pub confidence: Option<f32>,
+}
+
+pub struct DSparkDrafter {
+    model: Arc<DSparkModel>,
+    pool: Arc<ThreadPool>,
+    opts: DSparkOptions,
+    /// Context rows of positions `0..cache.len()`.
+    cache: KvCache,
+    /// The history as last synced: context row p was made from `tokens[..=p]`.
+    tokens: Vec<u32>,
+    feats: Vec<f32>,
+    e: Vec<f32>,
+    base: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+impl DSparkDrafter {
+    pub fn new(model: Arc<DSparkModel>, pool: Arc<ThreadPool>, ctx: usize, opts: DSparkOptions) -> Result<Self, SpecError> {
+        let trained = model.cfg.block_size;
+        if opts.block_size == 0 || opts.block_size > trained {
+            return Err(SpecError::BadOption(format!("--dspark-block-size {}: need 1..={trained} (the trained size)", opts.block_size)));
+        }
+        if !model.cfg.sample_from_anchor && opts.block_size < 2 {
+            return Err(SpecError::BadOption("--dspark-block-size 1 drafts nothing for a drafter whose anchor slot does not predict".into()));
+        }
+        if let Some(c) = opts.confidence {
+            if !(0.0..=1.0).contains(&c) {
+                return Err(SpecError::BadOption(format!("--dspark-confidence {c}: need a value in 0..=1")));
+            }
+            if !model.has_confidence() {
+                return Err(SpecError::BadOption("--dspark-confidence: this drafter has no confidence head".into()));
+            }
+        }
+        let cache = model.new_cache(ctx);
+        Ok(DSparkDrafter { model, pool, opts, cache, tokens: Vec::new(), feats: Vec::new(), e: Vec::new(), base: Vec::new(), logits: Vec::new() })
+    }
+
+    /// Drafts one pass yields.
+    fn drafts_per_pass(&self) -> usize {
+        if self.model.cfg.sample_from_anchor {
+            self.opts.block_size
+        } else {
+            self.opts.block_size - 1
+        }
+    }
+}
+
+impl Drafter for DSparkDrafter {
+    fn name(&self) -> String {
+        let c = &self.model.cfg;
+        format!(
+            "dspark(block {} of {}, {} layer{}, taps {:?}, rank {}, draft vocab {}, confidence {})",
+            self.opts.block_size,
+            c.block_size,
+            c.n_layer,
+            if c.n_layer == 1 { "" } else { "s" },
+            c.target_layers,
+            c.markov_rank,
+            c.draft_vocab,
+            match self.opts.confidence {
+                Some(v) => format!("cut {v}"),
+                None if self.model.has_confidence() => "scheduled".into(),
+                None => "none".into(),
+            }
+        )
+    }
+
+    fn max_draft(&self) -> usize {
+        self.drafts_per_pass()
+    }
+
+    fn fixed_cost(&self) -> bool {
+        true
+    }
+
+    fn taps(&self) -> Vec<HiddenTap> {
+        self.model.cfg.taps()
+    }
+
+    fn sync(&mut self, history: &[u32]) -> Result<(), SpecError> {
+        let common = self.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
+        if common < self.tokens.len() {
+            self.cache.truncate(self.cache.len().min(common));
+        }
+        self.tokens.clear();
+        self.tokens.extend_from_slice(history);
+        Ok(())
+    }
+
+    fn observe(&mut self, start: usize, rows: usize, hidden: &[&[f32]]) {
+        if start > self.cache.len() || rows == 0 {
+            // a gap: rows in between were never seen; drafting waits for a resync
+            return;
+        }
+        self.cache.truncate(start);
+        let d = self.model.cfg.d_model;
+        let m = hidden.len();
+        self.feats.clear();
+        self.feats.reserve(rows * m * d);
+        for r in 0..rows {
+            for h in hidden {
+                self.feats.extend_from_slice(&h[r * d..(r + 1) * d]);
+            }
+        }
+        let room = self.cache.ctx().saturating_sub(self.model.cfg.block_size + self.cache.len());
+        let rows = rows.min(room);
+        if let Err(e) = self.model.inject(&self.pool, &mut self.cache, &self.feats[..rows * m * d], rows) {
+            tracing::warn!("dspark: context injection failed: {e}");
+        }
+    }
+
+    fn propose(
+        &mut self,
+        history: &[u32],
+        next: u32,
+        max: usize,
+        params: &SamplerParams,
+        rng: &mut Rng,
+        out: &mut Draft,
+    ) -> Result<(), SpecError> {
+        out.clear();
+        let n = history.len();
+        if max == 0 || n == 0 || self.cache.len() < n {
+            return Ok(());
+        }
+        self.cache.truncate(n);
+        let slots = self.opts.block_size;
+        if self.cache.len() + slots > self.cache.ctx() {
+            return Ok(());
+        }
+        self.model.block(&self.pool, &mut self.cache, next, slots, &mut self.e, &mut self.base)?;
+        let dv = self.model.cfg.draft_vocab;
+        let d = self.model.cfg.d_model;
+        let first = if self.model.cfg.sample_from_anchor { 0 } else { 1 };
+        let take = max.min(self.drafts_per_pass());
+        let sampler = (!params.is_greedy()).then(|| Sampler::new(params.clone()));
+        let mut prev = next;
+        for j in 0..take {
+            let i = first + j;
+            self.logits.clear();
+            self.logits.extend_from_slice(&self.base[i * dv..(i + 1) * dv]);
+            let conf = self.model.markov(&self.pool, prev, &self.e[i * d..(i + 1) * d], &mut self.logits)?;
+            if let (Some(cut), Some(c)) = (self.opts.confidence, conf) {
+                // decided before the token is chosen: truncation stays lossless
+                if c < cut {
+                    break;
+                }
+            }
+            let tok = match &sampler {
+                None => self.model.to_target(argmax(&self.logits) as usize),
+                Some(s) => {
+                    let dist: Vec<(u32, f32)> =
+                        s.distribution(&self.logits).into_iter().map(|(r, p)| (self.model.to_target(r as usize), p)).collect();
+                    let t = Sampler::draw(&dist, rng.uniform());
+                    out.dists.push(dist);
+                    t
+                }
+            };
+            out.tokens.push(tok);
+            if let Some(c) = conf {
+                out.confidence.push(c);
+            }
+            prev = tok;
+        }
+        if out.confidence.len() != out.tokens.len() {
+            out.confidence.clear();
+        }
+        Ok(())
+    }
+}
