@@ -1,0 +1,206 @@
+//! DSpark support files that do not fit the target are refused with a message
+//! that names the problem, and speculation falls back to plain decoding
+//! (unless `require`). A valid drafter loads, `--dspark-strict` keeps decoding
+//! target-only, and speculative output equals plain output.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
+use tandem_gguf::{GgmlType, Gguf, GgufWriter, TensorData, Value};
+use tandem_model::dspark::{DSparkConfig, DSparkWeights};
+use tandem_model::mtp::MtpWeights;
+use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
+use tandem_model::{Model, TargetId};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tandem-dspark-support-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn valid_bytes(engine: &Engine) -> Vec<u8> {
+    let m = &engine.model;
+    let cfg = DSparkConfig::for_target(&m.cfg, 1, 4, vec![2, 10, 20, 30], 32, 4096, 4);
+    let w = DSparkWeights::init_from_target(m, cfg, Some((0..4096).collect()), 1);
+    w.to_gguf(m.gguf(), &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()
+}
+
+/// Re-write a GGUF image, letting `f` edit the metadata and tensor list.
+fn rewrite(bytes: &[u8], f: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorData>)) -> Vec<u8> {
+    let g = Gguf::from_bytes(bytes.to_vec()).unwrap();
+    let mut meta = g.metadata.clone();
+    let mut tensors: Vec<TensorData> = g
+        .tensors
+        .iter()
+        .map(|t| TensorData { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty, data: g.tensor_data(t).to_vec() })
+        .collect();
+    f(&mut meta, &mut tensors);
+    let mut w = GgufWriter::new();
+    for (k, v) in meta {
+        w.set(k, v);
+    }
+    for t in tensors {
+        w.add_tensor(t).unwrap();
+    }
+    w.to_bytes().unwrap()
+}
+
+fn set(key: &'static str, value: Value) -> impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorData>) {
+    move |m, _| {
+        for (k, v) in m.iter_mut() {
+            if k == key {
+                *v = value.clone();
+            }
+        }
+    }
+}
+
+fn opts(path: &Path, require: bool) -> SpecOptions {
+    SpecOptions { mtp: Some(path.to_path_buf()), dspark: true, require, ..Default::default() }
+}
+
+/// The file is refused with a message containing `want`: a warning and plain
+/// decoding by default, an error with `require`.
+fn refused(engine: &Arc<Engine>, name: &str, bytes: &[u8], want: &str) {
+    let path = tmp(name);
+    std::fs::write(&path, bytes).unwrap();
+    let err = engine.load_dspark(&path).err().unwrap_or_else(|| panic!("{name}: accepted"));
+    let msg = err.to_string();
+    assert!(msg.contains(want), "{name}: message {msg:?} does not contain {want:?}");
+    assert!(msg.contains(&path.display().to_string()), "{name}: message {msg:?} does not name the file");
+    assert!(engine.speculator(&opts(&path, false), 256).unwrap().is_none(), "{name}: falls back to plain decoding");
+    let e = engine.speculator(&opts(&path, true), 256).err().unwrap_or_else(|| panic!("{name}: require must fail"));
+    assert!(e.to_string().contains(want), "{name}: {e}");
+}
+
+#[test]
+fn broken_and_mismatched_files_are_refused() {
+    let engine = common::engine(2);
+    let good = valid_bytes(&engine);
+    let d = engine.model.cfg.d_model as u64;
+
+    refused(&engine, "truncated.gguf", &good[..good.len() / 2], "cannot read support file");
+
+    // made for another model (the synthetic test model)
+    let other = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&SyntheticSpec::default())).unwrap())).unwrap());
+    let ocfg = DSparkConfig::for_target(&other.cfg, 1, 4, vec![1, 2], 32, other.cfg.vocab, 3);
+    let ow = DSparkWeights::init_from_target(&other, ocfg, None, 1);
+    let ob = ow.to_gguf(other.gguf(), &TargetId::new(&other.cfg, 42), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
+    refused(&engine, "other-model.gguf", &ob, "made for another model: vocabulary size is 320");
+    refused(
+        &engine,
+        "other-vocab.gguf",
+        &rewrite(&good, set("tandem.support.target.vocab_hash", Value::String("0123456789abcdef".into()))),
+        "token list hash",
+    );
+
+    // metadata rules
+    refused(&engine, "block0.gguf", &rewrite(&good, set("dflash.block_size", Value::U32(0))), "DSpark metadata error: block_size 0");
+    let layers = Value::Array(tandem_gguf::ValueType::I32, vec![Value::I32(2), Value::I32(40)]);
+    refused(&engine, "layer40.gguf", &rewrite(&good, set("dflash.target_layers", layers)), "target layer 40 out of range (30 layers)");
+    refused(&engine, "nolayers.gguf", &rewrite(&good, |m, _| m.retain(|(k, _)| k != "dflash.target_layers")), "DSpark metadata error: missing key dflash.target_layers");
+    refused(&engine, "width.gguf", &rewrite(&good, set("dflash.embedding_length", Value::U32(512))), "embedding_length 512 differs from the target's 576");
+    refused(&engine, "mask.gguf", &rewrite(&good, set("tokenizer.ggml.mask_token_id", Value::U32(60_000))), "mask token 60000 outside the vocabulary");
+    refused(&engine, "arch.gguf", &rewrite(&good, set("general.architecture", Value::String("llama".into()))), "architecture is llama, expected dflash");
+    refused(&engine, "conf-flag.gguf", &rewrite(&good, set("dflash.has_confidence_head", Value::Bool(false))), "disagrees with the presence of conf_proj.weight");
+    refused(&engine, "blocks.gguf", &rewrite(&good, set("tandem.support.target.block_count", Value::U32(31))), "block count is 31 in the file but 30 in the target");
+
+    // tensor rules
+    let renamed = rewrite(&good, |_, t| {
+        for x in t.iter_mut() {
+            if x.name == "blk.0.attn_q_norm.weight" {
+                x.name = "blk.0.attn_qnorm.weight".into();
+            }
+        }
+    });
+    refused(&engine, "renamed.gguf", &renamed, "DSpark tensor missing: blk.0.attn_q_norm.weight");
+    let misshaped = rewrite(&good, |_, t| {
+        for x in t.iter_mut() {
+            if x.name == "fc.weight" {
+                x.dims = vec![3 * d, d];
+                x.data.truncate(x.data.len() / 4 * 3);
+            }
+        }
+    });
+    refused(&engine, "fc-shape.gguf", &misshaped, &format!("'fc.weight' has shape [{}, {d}], expected [{}, {d}]", 3 * d, 4 * d));
+    let d2t_range = rewrite(&good, |_, t| {
+        for x in t.iter_mut() {
+            if x.name == "d2t" {
+                x.data[0..8].copy_from_slice(&999_999i64.to_le_bytes());
+            }
+        }
+    });
+    refused(&engine, "d2t-range.gguf", &d2t_range, "d2t maps to token 999999 outside the vocabulary");
+    let d2t_dup = rewrite(&good, |_, t| {
+        for x in t.iter_mut() {
+            if x.name == "d2t" {
+                x.data[8..16].copy_from_slice(&0i64.to_le_bytes());
+            }
+        }
+    });
+    refused(&engine, "d2t-dup.gguf", &d2t_dup, "d2t maps two draft rows to token 0");
+    let no_head = rewrite(&good, |_, t| t.retain(|x| x.name != "output.weight"));
+    refused(&engine, "no-output.gguf", &no_head, "output.weight (required with d2t)");
+    let no_markov = rewrite(&good, |_, t| t.retain(|x| x.name != "markov_w2.weight"));
+    refused(&engine, "no-markov.gguf", &no_markov, "DSpark tensor missing: markov_w2.weight");
+
+    // an MTP head given to --dspark
+    let mtp = MtpWeights::init_from_target(&engine.model, 1)
+        .to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[])
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    refused(&engine, "mtp.gguf", &mtp, "holds an MTP head, not a DSpark drafter");
+}
+
+#[test]
+fn dspark_file_without_flag_is_reported_with_how_to_enable() {
+    let engine = common::engine(1);
+    let path = tmp("noflag.gguf");
+    std::fs::write(&path, valid_bytes(&engine)).unwrap();
+    let o = SpecOptions { mtp: Some(path.clone()), ..Default::default() };
+    assert!(engine.speculator(&o, 256).unwrap().is_none(), "plain decoding without --dspark");
+    let e = engine.speculator(&SpecOptions { require: true, ..o }, 256).err().expect("require fails");
+    assert!(e.to_string().contains("DSpark drafter detected; add --dspark"), "{e}");
+    let e = engine.speculator(&SpecOptions { dspark: true, ..Default::default() }, 256).err().expect("--dspark alone");
+    assert!(e.to_string().contains("--mtp FILE --dspark"), "{e}");
+}
+
+#[test]
+fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
+    let engine = common::engine(2);
+    let path = tmp("valid.gguf");
+    std::fs::write(&path, valid_bytes(&engine)).unwrap();
+    let strict = SpecOptions { dspark_strict: true, ..opts(&path, true) };
+    assert!(engine.speculator(&strict, 512).unwrap().is_none(), "--dspark-strict decodes target-only");
+    let o = SpecOptions { fixed_length: true, ..opts(&path, true) };
+    let mut sp = engine.speculator(&o, 512).unwrap().expect("a speculator");
+    assert!(sp.drafter_name().starts_with("dspark"), "{}", sp.drafter_name());
+    let text = engine.render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Name three colors.")]).unwrap();
+    let prompt = engine.tokenize_prompt(&text);
+    let params = GenParams { max_tokens: 48, sampler: SamplerParams::greedy() };
+    let mut plain = Vec::new();
+    engine.new_session(512).generate(&prompt, &params, None, |t, _| {
+        if t != u32::MAX {
+            plain.push(t)
+        }
+        true
+    })
+    .unwrap();
+    let mut spec = Vec::new();
+    engine.new_session(512).generate_with(&prompt, &params, Some(&mut sp), None, |t, _| {
+        if t != u32::MAX {
+            spec.push(t)
+        }
+        true
+    })
+    .unwrap();
+    assert_eq!(spec, plain);
+    assert!(sp.stats.drafted > 0);
+    let bad = SpecOptions { dspark_block_size: Some(9), ..opts(&path, true) };
+    let e = engine.speculator(&bad, 512).err().expect("block size above the trained one");
+    assert!(e.to_string().contains("--dspark-block-size 9"), "{e}");
+}
