@@ -58,7 +58,7 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
         None => DEFAULT_MODEL.file_name.trim_end_matches(".gguf").to_string(),
     };
     if !opts.enabled() {
-        eprintln!("no drafter (--lookup or --draft-model): measuring plain decoding only");
+        eprintln!("no drafter (--lookup, --draft-model or --mtp): measuring plain decoding only");
     }
     eprintln!("{} prompts from {}, {} tokens each, greedy", prompts.len(), path.display(), a.n_predict);
     let pb = ProgressBar::new(prompts.len() as u64);
@@ -79,6 +79,11 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
     let mut written = vec![csv_path];
     if let Some(svg) = report.svg(&model) {
         let svg_path = a.out_dir.join("speedup.svg");
+        std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
+        written.push(svg_path);
+    }
+    if let Some(svg) = report.acceptance_svg(&model) {
+        let svg_path = a.out_dir.join("acceptance.svg");
         std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
         written.push(svg_path);
     }

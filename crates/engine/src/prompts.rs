@@ -603,7 +603,76 @@ fn trim_num(v: f64) -> String {
     s.to_string()
 }
 
+/// Acceptance per draft position: bars for the observed conditional
+/// acceptance (given the earlier drafts were accepted) and the share of
+/// cycles reaching the position accepted, dots for the drafter's mean
+/// predicted confidence where it gives one.
+pub fn acceptance_svg(title: &str, subtitle: &str, st: &SpecStats) -> Option<String> {
+    let cal = st.calibration();
+    let n = st.pos_verified.len();
+    if n == 0 {
+        return None;
+    }
+    // conditional acceptance at position i: accepted at i / verified with all before accepted
+    let cond: Vec<f64> = (0..n)
+        .map(|i| {
+            let reached = if i == 0 { st.pos_verified[0] } else { st.pos_accepted[i - 1].min(st.pos_verified[i]) };
+            if reached == 0 { 0.0 } else { st.pos_accepted[i] as f64 / reached as f64 }
+        })
+        .collect();
+    let share: Vec<f64> = (0..n).map(|i| st.pos_accepted[i] as f64 / st.pos_verified[i].max(1) as f64).collect();
+    let (w, h, left, top, bottom) = (640.0f64, 380.0f64, 60.0f64, 70.0f64, 60.0f64);
+    let plot_w = w - left - 30.0;
+    let plot_h = h - top - bottom;
+    let gw = plot_w / n as f64;
+    let y = |v: f64| top + plot_h * (1.0 - v.clamp(0.0, 1.0));
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<path d="M0 0H{w}V{h}H0Z" fill="white"/>"#);
+    let _ = writeln!(s, r#"<text x="{}" y="24" text-anchor="middle" font-size="15" font-weight="bold">{}</text>"#, w / 2.0, xml_escape(title));
+    let _ = writeln!(s, r##"<text x="{}" y="42" text-anchor="middle" font-size="11" fill="#444">{}</text>"##, w / 2.0, xml_escape(subtitle));
+    for k in 0..=5 {
+        let v = k as f64 / 5.0;
+        let _ = writeln!(s, r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#e3e3e3"/>"##, y(v), left + plot_w, y(v));
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{:.0}%</text>"#, left - 6.0, y(v) + 4.0, v * 100.0);
+    }
+    for i in 0..n {
+        let x0 = left + gw * i as f64;
+        let bw = (gw * 0.35).min(40.0);
+        let _ = writeln!(s, r##"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#3a6f8f"/>"##, x0 + gw / 2.0 - bw, y(cond[i]), top + plot_h - y(cond[i]));
+        let _ = writeln!(s, r##"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#9cc3da"/>"##, x0 + gw / 2.0, y(share[i]), top + plot_h - y(share[i]));
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{:.0}%</text>"#, x0 + gw / 2.0 - bw / 2.0, y(cond[i]) - 4.0, cond[i] * 100.0);
+        if let Some((_, pred, _)) = cal.get(i) {
+            let _ = writeln!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="4" fill="#c0533f"/>"##, x0 + gw / 2.0 - bw / 2.0, y(*pred));
+        }
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{} (n={})</text>"#, x0 + gw / 2.0, top + plot_h + 16.0, i + 1, st.pos_verified[i]);
+    }
+    let _ = writeln!(s, r#"<path d="M{left} {top}V{:.1}H{:.1}" fill="none" stroke="black"/>"#, top + plot_h, left + plot_w);
+    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">draft position (verified count)</text>"#, left + plot_w / 2.0, h - 22.0);
+    let legend = "dark: accepted given the earlier drafts were; light: accepted / verified; dot: mean predicted confidence";
+    let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="#444">{legend}</text>"##, left + plot_w / 2.0, h - 6.0);
+    s.push_str("</svg>\n");
+    Some(s)
+}
+
 impl PromptBenchReport {
+    /// Acceptance per draft position (None without speculative statistics).
+    pub fn acceptance_svg(&self, model: &str) -> Option<String> {
+        let st = self.spec_stats.as_ref()?;
+        let drafter = self.drafter.as_deref()?;
+        let subtitle = format!(
+            "greedy, {} tokens/prompt, {} prompts; mean committed/cycle {:.2}, acceptance {:.1}%",
+            self.n_predict,
+            self.rows.len(),
+            st.mean_committed(),
+            100.0 * st.acceptance_rate()
+        );
+        acceptance_svg(&format!("Acceptance per draft position: {drafter} on {model}"), &subtitle, st)
+    }
+
     /// The per-category mean speedup chart; None when speculation was off.
     pub fn svg(&self, model: &str) -> Option<String> {
         let drafter = self.drafter.as_deref()?;
