@@ -51,6 +51,11 @@ pub struct Scheduler {
     fixed_draft: bool,
     /// Conditional acceptance estimate per draft position.
     alpha: Vec<f64>,
+    /// Online calibration of drafter confidences, per position: moving
+    /// averages of the predicted confidence and of the observed outcome over
+    /// positions that were reached (all earlier drafts accepted).
+    conf_pred: Vec<f64>,
+    conf_obs: Vec<f64>,
     plain_streak: usize,
 }
 
@@ -59,6 +64,8 @@ impl Scheduler {
         let n = max_width + 1;
         Scheduler {
             alpha: vec![cfg.prior; n],
+            conf_pred: vec![0.0; n],
+            conf_obs: vec![0.0; n],
             cfg,
             verify_cost: vec![0.0; n + 1],
             measured: vec![false; n + 1],
@@ -109,6 +116,36 @@ impl Scheduler {
             if i >= accepted {
                 break;
             }
+        }
+    }
+
+    /// Record the confidences of a verified draft of which the first
+    /// `accepted` were accepted (calibration; only past cycles feed it, so
+    /// using it keeps truncation lossless).
+    pub fn observe_confidence(&mut self, confidence: &[f32], accepted: usize) {
+        let a = self.cfg.ema.min(0.05);
+        for (i, &c) in confidence.iter().enumerate().take(self.conf_pred.len()) {
+            if i > accepted {
+                break;
+            }
+            let hit = if i < accepted { 1.0 } else { 0.0 };
+            if self.conf_pred[i] == 0.0 {
+                self.conf_pred[i] = c as f64;
+                self.conf_obs[i] = hit;
+            } else {
+                self.conf_pred[i] = (1.0 - a) * self.conf_pred[i] + a * c as f64;
+                self.conf_obs[i] = (1.0 - a) * self.conf_obs[i] + a * hit;
+            }
+        }
+    }
+
+    /// A confidence mapped through the calibration of position `i`: scaled
+    /// by observed / predicted acceptance there (1 until observed).
+    pub fn calibrated(&self, i: usize, c: f32) -> f64 {
+        let c = c.clamp(0.0, 1.0) as f64;
+        match (self.conf_pred.get(i), self.conf_obs.get(i)) {
+            (Some(&p), Some(&o)) if p > 1e-3 => (c * (o + 0.01) / (p + 0.01)).clamp(0.0, 1.0),
+            _ => c,
         }
     }
 
@@ -201,7 +238,7 @@ impl Scheduler {
         if !self.cfg.adaptive || confidence.is_empty() {
             return drafted;
         }
-        let alpha: Vec<f64> = confidence.iter().take(drafted).map(|&c| c.clamp(0.0, 1.0) as f64).collect();
+        let alpha: Vec<f64> = confidence.iter().take(drafted).enumerate().map(|(i, &c)| self.calibrated(i, c)).collect();
         self.best(drafted, &alpha, true)
     }
 
@@ -291,6 +328,18 @@ mod tests {
             s.observe_acceptance(4, 0);
         }
         assert_eq!(s.budget(4), 0);
+    }
+
+    #[test]
+    fn calibration_corrects_an_overconfident_head() {
+        let mut s = sched();
+        for _ in 0..500 {
+            // the head says 0.9, but only half of its first drafts are accepted
+            s.observe_confidence(&[0.9, 0.9], 0);
+            s.observe_confidence(&[0.9, 0.9], 1);
+        }
+        assert!((s.calibrated(0, 0.9) - 0.5).abs() < 0.05, "{}", s.calibrated(0, 0.9));
+        assert_eq!(s.calibrated(5, 0.7), 0.7 as f32 as f64);
     }
 
     #[test]

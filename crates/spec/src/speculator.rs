@@ -253,6 +253,7 @@ impl Speculator {
         self.drafter.feedback(k, v.accepted);
         if k > 0 {
             self.sched.observe_acceptance(k, v.accepted);
+            self.sched.observe_confidence(&self.draft.confidence, v.accepted);
         }
         self.stats.record(proposed, k, v.accepted, draft_secs, verify_secs);
         self.stats.record_confidence(&self.draft.confidence, v.accepted);
