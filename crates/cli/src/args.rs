@@ -49,6 +49,71 @@ pub enum TrainCmd {
     /// head learns to predict the target's next-next token from its hidden
     /// state; written as a support GGUF for `--mtp`.
     Mtp(TrainMtpArgs),
+    /// Train a DSpark block drafter: fed by target features from several
+    /// layers, it drafts a whole block per pass (backbone + Markov head +
+    /// confidence head); written as a support GGUF (llama.cpp's dflash layout).
+    Dspark(TrainDsparkArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TrainDsparkArgs {
+    /// Target model (default: the default model).
+    #[arg(long = "target", short = 'm')]
+    pub target: Option<PathBuf>,
+    /// Output support file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Generated data cache (as `train mtp`; generated with its defaults when missing).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Seed for the corpus, the split, initialisation and sampling of anchors.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Continue training from this drafter file (same configuration and draft vocabulary).
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
+    /// Slots per block (drafts per pass).
+    #[arg(long, default_value_t = 4)]
+    pub block_size: usize,
+    /// Backbone layers.
+    #[arg(long, default_value_t = 1)]
+    pub layers: usize,
+    /// Target layers whose inputs feed the drafter (the last must be the target's layer count).
+    #[arg(long, value_delimiter = ',', default_value = "2,10,20,30")]
+    pub target_layers: Vec<usize>,
+    /// Rank of the Markov head.
+    #[arg(long, default_value_t = 64)]
+    pub rank: usize,
+    /// Rows of the reduced draft vocabulary (most frequent target choices; 0 = full vocabulary).
+    #[arg(long, default_value_t = 8192)]
+    pub draft_vocab: usize,
+    /// Token id of the mask slots.
+    #[arg(long, default_value_t = 4)]
+    pub mask_token: u32,
+    /// Anchors (blocks) per sequence per step.
+    #[arg(long, default_value_t = 32)]
+    pub anchors: usize,
+    /// Sequences per optimiser step.
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Optimiser steps (the default run takes about 30 minutes on 2 cores).
+    #[arg(long, default_value_t = 1200)]
+    pub steps: usize,
+    /// Peak AdamW learning rate (cosine decay after a short warm-up).
+    #[arg(long, default_value_t = 2e-3)]
+    pub lr: f64,
+    /// Share of sequences held out for evaluation.
+    #[arg(long, default_value_t = 0.1)]
+    pub holdout: f32,
+    /// Weight type of the exported matrices (q8_0, f16, f32).
+    #[arg(long, default_value = "q8_0")]
+    pub weight_type: String,
+    /// Do not cache the target features next to the data file.
+    #[arg(long)]
+    pub no_feature_cache: bool,
+    /// Worker threads (default: physical cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -5,4 +5,5 @@
 
 pub mod corpus;
 pub mod data;
+pub mod dspark;
 pub mod mtp;

@@ -1,0 +1,874 @@
+//! Training a DSpark block drafter with candle on self-distilled data.
+//!
+//! The drafter (see `tandem_model::dspark` and `docs/support-format.md`) reads
+//! target features from several layers. They are recomputed here for every
+//! training sequence by one target pass over the whole sequence (the kernels
+//! are batch invariant, so a prefill row equals the decode row) and kept in
+//! memory as f16, optionally cached on disk next to the data.
+//!
+//! One training example is a block at anchor position `a` of a sequence:
+//! slots `[tokens[a], mask × (B−1)]` at positions `a..a+B−1` attend to the
+//! context rows `0..a−1` and to all B slots of their own block; slot i is
+//! labelled with `argmax[a+i]` (the target's greedy token for position
+//! `a+i+1`). Many anchors of one sequence share one attention call with an
+//! additive mask over `[context rows ‖ block rows]`. The Markov head is
+//! teacher forced: `prev_0 = tokens[a]`, `prev_i = tokens[a+i]`.
+//!
+//! Loss per supervised slot (DSpark): `w_i·(0.1·CE + 0.9·TV(p_d, p_t)) +
+//! BCE(c_i, Σ min(p_d, p_t))` with `w_i = exp(−i/4)`; `p_t` is the target's
+//! distribution restricted to the draft vocabulary (from the last tap, which
+//! must be the final pre-norm residual). The confidence head sees its inputs
+//! detached, so the BCE trains `conf_proj` only. The token embedding and the
+//! output head (draft-vocabulary rows of the target's head) are constants.
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor, Var, D};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use half::f16;
+use tandem_engine::Engine;
+use tandem_gguf::{GgmlType, Value, ValueType};
+use tandem_model::dspark::{DSparkBlockWeights, BLOCK_TENSORS};
+use tandem_model::{DSparkConfig, DSparkWeights, ForwardOutput, HiddenTap, LogitRows, Model, RopeStyle, TargetId};
+
+use crate::corpus::SplitMix;
+use crate::data::{Dataset, Sequence};
+
+#[derive(Debug, Clone)]
+pub struct DSparkTrainConfig {
+    pub block_size: usize,
+    /// Backbone layers.
+    pub layers: usize,
+    /// Target layers tapped (inputs of layer l; the last must be n_layer).
+    pub target_layers: Vec<usize>,
+    pub rank: usize,
+    pub draft_vocab: usize,
+    pub mask_token: u32,
+    /// Anchors per sequence per step.
+    pub anchors: usize,
+    /// Sequences per optimiser step.
+    pub seqs_per_step: usize,
+    pub steps: usize,
+    pub lr: f64,
+    pub holdout: f32,
+    pub seed: u64,
+    pub weight_type: String,
+    /// Continue from this drafter file (its weights, configuration and
+    /// draft vocabulary).
+    pub init: Option<PathBuf>,
+    /// Where to cache the target features (None: recompute every run).
+    pub feature_cache: Option<PathBuf>,
+    /// The command line, recorded in the file.
+    pub command: String,
+}
+
+/// Held-out results.
+#[derive(Debug, Clone, Default)]
+pub struct DSparkReport {
+    pub train_positions: usize,
+    pub heldout_seqs: usize,
+    pub heldout_anchors: usize,
+    pub draft_vocab: usize,
+    /// Share of held-out generated labels inside the draft vocabulary.
+    pub coverage: f64,
+    /// Per slot i: share of anchors whose slots 0..=i are all correct.
+    pub acceptance: Vec<f64>,
+    /// Per slot i: P(slot i correct | slots 0..i−1 correct).
+    pub cond_acceptance: Vec<f64>,
+    /// Per slot i: mean confidence over anchors with slots 0..i−1 correct.
+    pub mean_conf: Vec<f64>,
+    /// Expected calibration error (10 bins) over (slot, anchor) pairs with a
+    /// correct prefix.
+    pub ece: f64,
+    /// 1 + Σ_i acceptance[i].
+    pub mean_committed: f64,
+    pub secs: f64,
+    pub feature_secs: f64,
+    pub steps: usize,
+    pub final_loss: f64,
+}
+
+impl std::fmt::Display for DSparkReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "trained {} steps in {:.0} s (features {:.0} s) on {} positions; held out {} anchors in {} greedy sequences",
+            self.steps, self.secs, self.feature_secs, self.train_positions, self.heldout_anchors, self.heldout_seqs
+        )?;
+        writeln!(f, "draft vocabulary {} rows, held-out label coverage {:.1}%", self.draft_vocab, 100.0 * self.coverage)?;
+        for i in 0..self.acceptance.len() {
+            writeln!(
+                f,
+                "slot {i}: acceptance {:.1}%, conditional {:.1}%, mean confidence {:.1}%",
+                100.0 * self.acceptance[i],
+                100.0 * self.cond_acceptance[i],
+                100.0 * self.mean_conf[i]
+            )?;
+        }
+        writeln!(f, "mean committed tokens per cycle {:.3}; confidence ECE {:.3}", self.mean_committed, self.ece)?;
+        write!(f, "final training loss {:.4}", self.final_loss)
+    }
+}
+
+/// Target features per sequence: `len × (m·d)` f16, taps concatenated.
+pub struct Features {
+    pub width: usize,
+    pub rows: Vec<Vec<f16>>,
+}
+
+const FEAT_MAGIC: &[u8; 8] = b"TDMFEAT1";
+
+impl Features {
+    /// One target pass per sequence (chunks of 256 positions).
+    pub fn compute(engine: &Engine, data: &Dataset, target_layers: &[usize]) -> Result<Features> {
+        let model = &engine.model;
+        let d = model.cfg.d_model;
+        let m = target_layers.len();
+        let taps: Vec<HiddenTap> = target_layers.iter().map(|&l| HiddenTap::Layer(l - 1)).collect();
+        let t0 = Instant::now();
+        let mut out = ForwardOutput::default();
+        let mut rows = Vec::with_capacity(data.seqs.len());
+        let mut done = 0usize;
+        for (si, s) in data.seqs.iter().enumerate() {
+            let n = s.tokens.len();
+            let mut cache = model.new_cache(n.max(1));
+            let mut f = vec![f16::ZERO; n * m * d];
+            let mut c0 = 0;
+            while c0 < n {
+                let c1 = (c0 + 256).min(n);
+                model.forward(&engine.pool, &mut cache, &s.tokens[c0..c1], &LogitRows::None, &taps, &mut out)?;
+                for (t, h) in out.hidden.iter().enumerate() {
+                    for r in 0..c1 - c0 {
+                        let dst = ((c0 + r) * m + t) * d;
+                        for (o, &v) in f[dst..dst + d].iter_mut().zip(&h[r * d..(r + 1) * d]) {
+                            *o = f16::from_f32(v);
+                        }
+                    }
+                }
+                c0 = c1;
+            }
+            done += n;
+            if (si + 1) % 50 == 0 || si + 1 == data.seqs.len() {
+                eprintln!(
+                    "features: {}/{} sequences, {done} positions, {:.0} s",
+                    si + 1,
+                    data.seqs.len(),
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            rows.push(f);
+        }
+        Ok(Features { width: m * d, rows })
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let tmp = path.with_extension("tmp");
+        let mut w = BufWriter::new(std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?);
+        w.write_all(FEAT_MAGIC)?;
+        w.write_all(&(self.width as u64).to_le_bytes())?;
+        w.write_all(&(self.rows.len() as u64).to_le_bytes())?;
+        for r in &self.rows {
+            w.write_all(&(r.len() as u64).to_le_bytes())?;
+            let b: Vec<u8> = r.iter().flat_map(|h| h.to_bits().to_le_bytes()).collect();
+            w.write_all(&b)?;
+        }
+        w.flush()?;
+        drop(w);
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+
+    /// Load a cache; None when it does not fit `data` / `width`.
+    pub fn load(path: &Path, data: &Dataset, width: usize) -> Result<Option<Features>> {
+        let mut r = BufReader::new(std::fs::File::open(path)?);
+        let mut hdr = [0u8; 24];
+        r.read_exact(&mut hdr)?;
+        let u = |i: usize| u64::from_le_bytes(hdr[i..i + 8].try_into().unwrap()) as usize;
+        if &hdr[..8] != FEAT_MAGIC || u(8) != width || u(16) != data.seqs.len() {
+            return Ok(None);
+        }
+        let mut rows = Vec::with_capacity(data.seqs.len());
+        for s in &data.seqs {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b)?;
+            let n = u64::from_le_bytes(b) as usize;
+            if n != s.tokens.len() * width {
+                return Ok(None);
+            }
+            let mut v = vec![0u8; n * 2];
+            r.read_exact(&mut v)?;
+            rows.push(v.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect());
+        }
+        Ok(Some(Features { width, rows }))
+    }
+}
+
+/// One training/evaluation example group: blocks at several anchors of one
+/// sequence.
+pub struct Blocks {
+    /// Context rows `l × (m·d)` (positions 0..l−1).
+    pub feats: Vec<f32>,
+    pub l: usize,
+    /// Anchor positions, each in 1..=l.
+    pub anchors: Vec<usize>,
+    /// Slot input embeddings, `A·B × d`.
+    pub emb: Vec<f32>,
+    /// Markov inputs (target ids), `A·B`.
+    pub prev: Vec<u32>,
+}
+
+/// Labels of a [`Blocks`].
+pub struct Targets {
+    /// Draft-vocabulary label per slot (u32::MAX: outside the draft vocabulary).
+    pub labels: Vec<u32>,
+    /// Slot is inside the sequence.
+    pub valid: Vec<bool>,
+    /// Last tap at the slot's position, `A·B × d` (zeros where invalid).
+    pub h_last: Vec<f32>,
+}
+
+fn rmsnorm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)
+}
+
+fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    x.matmul(&w.t()?)
+}
+
+/// The trainable drafter: candle variables mirroring [`DSparkWeights`].
+pub struct DSparkNet {
+    pub cfg: DSparkConfig,
+    fc: Var,
+    enc_norm: Var,
+    blocks: Vec<Vec<Var>>,
+    output_norm: Var,
+    /// Draft-vocabulary rows of the head (constant), `V_d × d`.
+    output: Tensor,
+    w1: Var,
+    w2: Var,
+    conf_w: Var,
+    conf_b: Var,
+    /// The target's final norm (for the target distribution).
+    target_norm: Tensor,
+    target_eps: f64,
+}
+
+impl DSparkNet {
+    pub fn new(target: &Model, w: &DSparkWeights, dev: &Device) -> Result<Self> {
+        let c = &w.cfg;
+        let d = c.d_model;
+        let var = |v: &[f32], o: usize, i: usize| -> Result<Var> {
+            let t = if i == 1 { Tensor::from_slice(v, o, dev)? } else { Tensor::from_slice(v, (o, i), dev)? };
+            Ok(Var::from_tensor(&t)?)
+        };
+        let blocks = w
+            .blocks
+            .iter()
+            .map(|b| {
+                BLOCK_TENSORS
+                    .iter()
+                    .map(|name| {
+                        let (o, i) = c.block_shape(name);
+                        var(b.get(name), o, i)
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let output = w.output.as_ref().context("the trainer needs an own output head (output.weight)")?;
+        let (cw, cb) = w.conf.clone().unwrap_or_else(|| (vec![0.0; d + c.markov_rank], 0.0));
+        let mut tn = vec![0f32; d];
+        let g = target.gguf();
+        let (info, data) = g.tensor("output_norm.weight")?;
+        tandem_kernels::quant::dequantize_row(info.ty, data, &mut tn);
+        Ok(DSparkNet {
+            cfg: c.clone(),
+            fc: var(&w.fc, d, c.feat_dim())?,
+            enc_norm: var(&w.enc_norm, d, 1)?,
+            blocks,
+            output_norm: var(&w.output_norm, d, 1)?,
+            output: Tensor::from_slice(output, (c.draft_vocab, d), dev)?,
+            w1: var(&w.markov_w1, target.cfg.vocab, c.markov_rank)?,
+            w2: var(&w.markov_w2, c.draft_vocab, c.markov_rank)?,
+            conf_w: var(&cw, 1, d + c.markov_rank)?,
+            conf_b: Var::from_tensor(&Tensor::from_slice(&[cb], 1, dev)?)?,
+            target_norm: Tensor::from_vec(tn, d, dev)?,
+            target_eps: target.cfg.eps as f64,
+        })
+    }
+
+    pub fn vars(&self) -> Vec<Var> {
+        let mut v = vec![
+            self.fc.clone(),
+            self.enc_norm.clone(),
+            self.output_norm.clone(),
+            self.w1.clone(),
+            self.w2.clone(),
+            self.conf_w.clone(),
+            self.conf_b.clone(),
+        ];
+        for b in &self.blocks {
+            v.extend(b.iter().cloned());
+        }
+        v
+    }
+
+    /// Back to plain f32 weights (for export).
+    pub fn weights(&self, d2t: Option<Vec<u32>>) -> Result<DSparkWeights> {
+        let f = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
+        Ok(DSparkWeights {
+            cfg: self.cfg.clone(),
+            fc: f(self.fc.as_tensor())?,
+            enc_norm: f(self.enc_norm.as_tensor())?,
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| {
+                    Ok(DSparkBlockWeights {
+                        tensors: BLOCK_TENSORS.iter().zip(b).map(|(n, v)| Ok((n.to_string(), f(v.as_tensor())?))).collect::<Result<_>>()?,
+                    })
+                })
+                .collect::<Result<_>>()?,
+            output_norm: f(self.output_norm.as_tensor())?,
+            output: Some(f(&self.output)?),
+            d2t,
+            markov_w1: f(self.w1.as_tensor())?,
+            markov_w2: f(self.w2.as_tensor())?,
+            conf: Some((f(self.conf_w.as_tensor())?, f(self.conf_b.as_tensor())?[0])),
+        })
+    }
+
+    fn bw<'a>(&self, blk: &'a [Var], name: &str) -> &'a Tensor {
+        let i = BLOCK_TENSORS.iter().position(|n| *n == name).expect("block tensor");
+        blk[i].as_tensor()
+    }
+
+    /// RoPE tables `(1, P, hd/2)` for the positions.
+    fn rope_tables(&self, pos: &[usize], dev: &Device) -> Result<(Tensor, Tensor)> {
+        let hd = self.cfg.head_dim;
+        let half = hd / 2;
+        let mut cs = vec![(0f32, 0f32); half];
+        let (mut cos, mut sin) = (Vec::with_capacity(pos.len() * half), Vec::with_capacity(pos.len() * half));
+        for &p in pos {
+            tandem_kernels::ops::rope_angles(p, hd, self.cfg.rope_base, 1.0, &mut cs);
+            cos.extend(cs.iter().map(|x| x.0));
+            sin.extend(cs.iter().map(|x| x.1));
+        }
+        Ok((Tensor::from_vec(cos, (1, pos.len(), half), dev)?, Tensor::from_vec(sin, (1, pos.len(), half), dev)?))
+    }
+
+    /// NeoX RoPE on `(h, P, hd)`.
+    fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+        let half = x.dim(2)? / 2;
+        let (x0, x1) = (x.narrow(2, 0, half)?, x.narrow(2, half, half)?);
+        let y0 = (x0.broadcast_mul(cos)? - x1.broadcast_mul(sin)?)?;
+        let y1 = (x0.broadcast_mul(sin)? + x1.broadcast_mul(cos)?)?;
+        Tensor::cat(&[y0, y1], 2)
+    }
+
+    /// `(rows, heads·hd)` → per-head RMSNorm → `(heads, rows, hd)`.
+    fn heads(x: &Tensor, heads: usize, hd: usize, norm: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+        let rows = x.dim(0)?;
+        rmsnorm(&x.reshape((rows, heads, hd))?, norm, eps)?.transpose(0, 1)?.contiguous()
+    }
+
+    /// The drafter on all blocks of `b`: returns `e` (`A·B × d`, after the
+    /// output norm), the logits (`A·B × V_d`, Markov included) and the
+    /// confidence logits (`A·B`).
+    pub fn forward(&self, b: &Blocks, dev: &Device) -> Result<(Tensor, Tensor, Tensor)> {
+        let c = &self.cfg;
+        let (d, nh, nkv, hd, bs) = (c.d_model, c.n_head, c.n_kv_head, c.head_dim, c.block_size);
+        let group = nh / nkv;
+        let eps = c.eps as f64;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let n = b.anchors.len() * bs;
+        let l = b.l;
+        let s = l + n;
+        let f = Tensor::from_slice(&b.feats, (l, c.feat_dim()), dev)?;
+        let g = rmsnorm(&linear(&f, self.fc.as_tensor())?, self.enc_norm.as_tensor(), eps)?;
+        let ctx_pos: Vec<usize> = (0..l).collect();
+        let blk_pos: Vec<usize> = b.anchors.iter().flat_map(|&a| (0..bs).map(move |i| a + i)).collect();
+        let (cc, cs) = self.rope_tables(&ctx_pos, dev)?;
+        let (bc, bsn) = self.rope_tables(&blk_pos, dev)?;
+        let mut m = vec![-1e9f32; n * s];
+        for (k, &a) in b.anchors.iter().enumerate() {
+            for i in 0..bs {
+                let row = &mut m[(k * bs + i) * s..(k * bs + i + 1) * s];
+                row[..a.min(l)].iter_mut().for_each(|v| *v = 0.0);
+                row[l + k * bs..l + (k + 1) * bs].iter_mut().for_each(|v| *v = 0.0);
+            }
+        }
+        let mask = Tensor::from_vec(m, (n, s), dev)?;
+        let mut x = Tensor::from_slice(&b.emb, (n, d), dev)?;
+        let rep = |t: Tensor| -> candle_core::Result<Tensor> {
+            if group == 1 {
+                return Ok(t);
+            }
+            t.unsqueeze(1)?.expand((nkv, group, s, hd))?.contiguous()?.reshape((nh, s, hd))
+        };
+        for blk in &self.blocks {
+            let kn = self.bw(blk, "attn_k_norm.weight");
+            let qn = self.bw(blk, "attn_q_norm.weight");
+            let kc = Self::rope(&Self::heads(&linear(&g, self.bw(blk, "attn_k.weight"))?, nkv, hd, kn, eps)?, &cc, &cs)?;
+            let vc = linear(&g, self.bw(blk, "attn_v.weight"))?.reshape((l, nkv, hd))?.transpose(0, 1)?;
+            let h = rmsnorm(&x, self.bw(blk, "attn_norm.weight"), eps)?;
+            let q = Self::rope(&Self::heads(&linear(&h, self.bw(blk, "attn_q.weight"))?, nh, hd, qn, eps)?, &bc, &bsn)?;
+            let kb = Self::rope(&Self::heads(&linear(&h, self.bw(blk, "attn_k.weight"))?, nkv, hd, kn, eps)?, &bc, &bsn)?;
+            let vb = linear(&h, self.bw(blk, "attn_v.weight"))?.reshape((n, nkv, hd))?.transpose(0, 1)?;
+            let k = rep(Tensor::cat(&[kc, kb], 1)?.contiguous()?)?;
+            let v = rep(Tensor::cat(&[vc, vb], 1)?.contiguous()?)?;
+            let sc = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(&mask)?; // (nh, n, s)
+            let p = candle_nn::ops::softmax(&sc, D::Minus1)?;
+            let att = p.matmul(&v)?.transpose(0, 1)?.contiguous()?.reshape((n, nh * hd))?;
+            x = (x + linear(&att, self.bw(blk, "attn_output.weight"))?)?;
+            let h = rmsnorm(&x, self.bw(blk, "ffn_norm.weight"), eps)?;
+            let gt = linear(&h, self.bw(blk, "ffn_gate.weight"))?.silu()?;
+            let up = linear(&h, self.bw(blk, "ffn_up.weight"))?;
+            x = (x + linear(&(gt * up)?, self.bw(blk, "ffn_down.weight"))?)?;
+        }
+        let e = rmsnorm(&x, self.output_norm.as_tensor(), eps)?;
+        let u = linear(&e, &self.output)?;
+        let prev = Tensor::from_slice(&b.prev, n, dev)?;
+        let w = self.w1.as_tensor().index_select(&prev, 0)?;
+        let logits = (u + linear(&w, self.w2.as_tensor())?)?;
+        let ew = Tensor::cat(&[e.detach(), w.detach()], 1)?;
+        let z = linear(&ew, self.conf_w.as_tensor())?.squeeze(1)?.broadcast_add(self.conf_b.as_tensor())?;
+        Ok((e, logits, z))
+    }
+
+    /// The target's distribution over the draft vocabulary, `A·B × V_d`.
+    fn target_probs(&self, h_last: &[f32], n: usize, dev: &Device) -> Result<Tensor> {
+        let h = Tensor::from_slice(h_last, (n, self.cfg.d_model), dev)?;
+        let lg = linear(&rmsnorm(&h, &self.target_norm, self.target_eps)?, &self.output)?;
+        Ok(candle_nn::ops::softmax(&lg, D::Minus1)?)
+    }
+
+    /// Summed loss over the valid slots and their count.
+    pub fn loss(&self, b: &Blocks, t: &Targets, dev: &Device) -> Result<(Tensor, usize)> {
+        let bs = self.cfg.block_size;
+        let n = t.labels.len();
+        let (_, logits, z) = self.forward(b, dev)?;
+        let pt = self.target_probs(&t.h_last, n, dev)?;
+        let lsm = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        let pd = lsm.exp()?;
+        let (mut cew, mut tvw, mut val, mut lab) = (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0u32; n]);
+        let mut count = 0;
+        for r in 0..n {
+            if !t.valid[r] {
+                continue;
+            }
+            count += 1;
+            let wi = (-((r % bs) as f32) / 4.0).exp();
+            val[r] = 1.0;
+            tvw[r] = 0.9 * wi;
+            if t.labels[r] != u32::MAX {
+                cew[r] = 0.1 * wi;
+                lab[r] = t.labels[r];
+            }
+        }
+        let tv = |v: Vec<f32>| Tensor::from_vec(v, n, dev);
+        let ce = lsm.gather(&Tensor::from_vec(lab, (n, 1), dev)?, 1)?.squeeze(1)?.neg()?;
+        let tvd = ((&pd - &pt)?.abs()?.sum(1)? * 0.5)?;
+        let soft = pd.minimum(&pt)?.sum(1)?.detach();
+        let softplus = (z.relu()? + (z.abs()?.neg()?.exp()? + 1.0)?.log()?)?;
+        let bce = (softplus - (soft * &z)?)?;
+        let total = ((ce * tv(cew)?)? + (tvd * tv(tvw)?)? + (bce * tv(val)?)?)?.sum_all()?;
+        Ok((total, count))
+    }
+}
+
+/// Build the blocks at `anchors` of sequence `s` (features `f`).
+#[allow(clippy::too_many_arguments)]
+pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], anchors: &[usize], t2d: &[u32], mask_emb: &[f32]) -> (Blocks, Targets) {
+    let (d, bs) = (cfg.d_model, cfg.block_size);
+    let fd = cfg.feat_dim();
+    let len = s.tokens.len();
+    let l = anchors.iter().copied().max().unwrap_or(1);
+    let feats: Vec<f32> = f[..l * fd].iter().map(|v| v.to_f32()).collect();
+    let n = anchors.len() * bs;
+    let mut emb = vec![0f32; n * d];
+    let mut prev = vec![cfg.mask_token; n];
+    let mut labels = vec![u32::MAX; n];
+    let mut valid = vec![false; n];
+    let mut h_last = vec![0f32; n * d];
+    let last = (cfg.target_layers.len() - 1) * d;
+    for (k, &a) in anchors.iter().enumerate() {
+        for i in 0..bs {
+            let r = k * bs + i;
+            let p = a + i;
+            if i == 0 {
+                model.embed(s.tokens[a], &mut emb[r * d..(r + 1) * d]).expect("token in vocabulary");
+            } else {
+                emb[r * d..(r + 1) * d].copy_from_slice(mask_emb);
+            }
+            if p < len {
+                prev[r] = s.tokens[p];
+                labels[r] = t2d[s.argmax[p] as usize];
+                valid[r] = true;
+                for (o, v) in h_last[r * d..(r + 1) * d].iter_mut().zip(&f[p * fd + last..p * fd + last + d]) {
+                    *o = v.to_f32();
+                }
+            }
+        }
+    }
+    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev }, Targets { labels, valid, h_last })
+}
+
+/// The draft vocabulary: the `n` most frequent labels of the training split
+/// (ties by id), sorted by id.
+fn draft_vocab(data: &Dataset, seqs: &[usize], vocab: usize, n: usize) -> Vec<u32> {
+    let mut count = vec![0u64; vocab];
+    for &i in seqs {
+        for &a in &data.seqs[i].argmax {
+            count[a as usize] += 1;
+        }
+    }
+    let mut ids: Vec<u32> = (0..vocab as u32).collect();
+    ids.sort_by(|&a, &b| count[b as usize].cmp(&count[a as usize]).then(a.cmp(&b)));
+    let mut keep: Vec<u32> = ids[..n.min(vocab)].to_vec();
+    keep.sort_unstable();
+    keep
+}
+
+/// A sequence generated greedily (every generated token is the target's argmax).
+fn is_greedy(s: &Sequence) -> bool {
+    s.prompt_len >= 1 && (s.prompt_len..s.tokens.len()).all(|p| s.tokens[p] == s.argmax[p - 1])
+}
+
+/// Reorder the rows of each head of a q/k matrix from llama's adjacent-pair
+/// RoPE layout to NeoX halves (`[out][in]`, `heads × hd` rows).
+fn unpermute_rows(w: &mut [f32], heads: usize, hd: usize, cols: usize) {
+    let half = hd / 2;
+    for h in 0..heads {
+        let blk = w[h * hd * cols..(h + 1) * hd * cols].to_vec();
+        for j in 0..half {
+            for s in 0..2 {
+                let src = (2 * j + s) * cols;
+                let dst = h * hd * cols + (s * half + j) * cols;
+                w[dst..dst + cols].copy_from_slice(&blk[src..src + cols]);
+            }
+        }
+    }
+}
+
+/// Train, evaluate on the held-out split, export to `out`.
+pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: &Path) -> Result<DSparkReport> {
+    let t0 = Instant::now();
+    let model = &engine.model;
+    let tcfg = model.cfg.clone();
+    let dev = Device::Cpu;
+    let d = tcfg.d_model;
+    // split by sequence, fixed seed
+    let mut rng = SplitMix::new(tc.seed ^ 0x5EED);
+    let (mut train_ids, mut held) = (Vec::new(), Vec::new());
+    for i in 0..data.seqs.len() {
+        if rng.f32() < tc.holdout {
+            held.push(i)
+        } else {
+            train_ids.push(i)
+        }
+    }
+    if train_ids.is_empty() || held.is_empty() {
+        bail!("need both training and held-out sequences ({} sequences, holdout {})", data.seqs.len(), tc.holdout);
+    }
+    let id = TargetId::new(&tcfg, engine.tokenizer.vocab_hash());
+    let init = match &tc.init {
+        Some(p) => {
+            let g = Arc::new(tandem_gguf::Gguf::open(p).with_context(|| format!("opening {}", p.display()))?);
+            // the file must fit this target
+            tandem_model::DSparkModel::load(g.clone(), model.clone(), &id)?;
+            DSparkWeights::from_gguf(&g, &tcfg)?
+        }
+        None => {
+            if tc.target_layers.last() != Some(&tcfg.n_layer) {
+                bail!("the last target layer must be {} (the final residual, for the target distribution)", tcfg.n_layer);
+            }
+            if let Some(&bad) = tc.target_layers.iter().find(|&&l| l == 0 || l > tcfg.n_layer) {
+                bail!("target layer {bad} out of range (1..={})", tcfg.n_layer);
+            }
+            if tc.block_size == 0 || tc.block_size > 64 || tc.layers == 0 || tc.rank == 0 || tc.rank % 32 != 0 {
+                bail!("block size 1..=64, at least one layer and a rank that is a multiple of 32 are needed");
+            }
+            if tc.mask_token as usize >= tcfg.vocab {
+                bail!("mask token {} outside the vocabulary", tc.mask_token);
+            }
+            let dv = if tc.draft_vocab == 0 || tc.draft_vocab >= tcfg.vocab { tcfg.vocab } else { (tc.draft_vocab / 32).max(1) * 32 };
+            let d2t = draft_vocab(data, &train_ids, tcfg.vocab, dv);
+            let cfg = DSparkConfig {
+                n_layer: tc.layers,
+                d_model: d,
+                n_head: tcfg.n_head,
+                n_kv_head: tcfg.n_kv_head,
+                head_dim: tcfg.head_dim,
+                ffn: tcfg.ffn,
+                eps: tcfg.eps,
+                rope_base: tcfg.rope_base,
+                ctx: tcfg.ctx_train,
+                block_size: tc.block_size,
+                target_layers: tc.target_layers.clone(),
+                sample_from_anchor: true,
+                mask_token: tc.mask_token,
+                markov_rank: tc.rank,
+                draft_vocab: d2t.len(),
+                has_conf: true,
+            };
+            let mut w = DSparkWeights::init_from_target(model, cfg, Some(d2t), tc.seed);
+            if tcfg.rope_style == RopeStyle::Pairs {
+                // the target's q/k rows are ordered for adjacent-pair RoPE; the drafter uses NeoX halves
+                let (nh, nkv, hd) = (tcfg.n_head, tcfg.n_kv_head, tcfg.head_dim);
+                for b in &mut w.blocks {
+                    for (name, v) in &mut b.tensors {
+                        match name.as_str() {
+                            "attn_q.weight" => unpermute_rows(v, nh, hd, d),
+                            "attn_k.weight" => unpermute_rows(v, nkv, hd, d),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            w
+        }
+    };
+    let cfg = init.cfg.clone();
+    if cfg.target_layers.last() != Some(&tcfg.n_layer) {
+        bail!("the drafter's last target layer must be {} (needed for the target distribution)", tcfg.n_layer);
+    }
+    let d2t: Vec<u32> = init.d2t.clone().unwrap_or_else(|| (0..tcfg.vocab as u32).collect());
+    let mut t2d = vec![u32::MAX; tcfg.vocab];
+    for (r, &t) in d2t.iter().enumerate() {
+        t2d[t as usize] = r as u32;
+    }
+
+    // target features
+    let tf = Instant::now();
+    let width = cfg.feat_dim();
+    let cached = match &tc.feature_cache {
+        Some(p) if p.exists() => match Features::load(p, data, width) {
+            Ok(Some(f)) => {
+                eprintln!("reusing target features {}", p.display());
+                Some(f)
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let feats = match cached {
+        Some(f) => f,
+        None => {
+            eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, data.seqs.len());
+            let f = Features::compute(engine, data, &cfg.target_layers)?;
+            if let Some(p) = &tc.feature_cache {
+                if let Err(e) = f.save(p) {
+                    eprintln!("could not cache features in {}: {e}", p.display());
+                }
+            }
+            f
+        }
+    };
+    // the last tap is the hidden row the data file holds: check they agree
+    if let Some(s) = data.seqs.first() {
+        let last = (cfg.target_layers.len() - 1) * d;
+        let mut diff = 0f32;
+        for p in 0..s.tokens.len().min(64) {
+            for j in 0..d {
+                diff = diff.max((feats.rows[0][p * width + last + j].to_f32() - s.hidden[p * d + j].to_f32()).abs());
+            }
+        }
+        eprintln!("features: last tap vs stored hidden rows, max |diff| {diff:.2e}");
+    }
+    let feature_secs = tf.elapsed().as_secs_f64();
+
+    let net = DSparkNet::new(model, &init, &dev)?;
+    let mut opt = AdamW::new(net.vars(), ParamsAdamW { lr: tc.lr, weight_decay: 0.0, ..Default::default() })?;
+    let mut mask_emb = vec![0f32; d];
+    model.embed(cfg.mask_token, &mut mask_emb)?;
+
+    let total = tc.steps;
+    let warm = (total / 20).max(1);
+    let ckpt = out.with_extension("ckpt.gguf");
+    let train_positions: usize = train_ids.iter().map(|&i| data.seqs[i].tokens.len()).sum();
+    let mut order: Vec<usize> = Vec::new();
+    let mut ema = f64::NAN;
+    let tt = Instant::now();
+    for step in 0..total {
+        let lr = if step < warm {
+            tc.lr * (step + 1) as f64 / warm as f64
+        } else {
+            let t = (step - warm) as f64 / (total - warm).max(1) as f64;
+            tc.lr * (0.05 + 0.95 * 0.5 * (1.0 + (std::f64::consts::PI * t).cos()))
+        };
+        opt.set_learning_rate(lr);
+        let mut loss: Option<Tensor> = None;
+        let mut count = 0usize;
+        for _ in 0..tc.seqs_per_step {
+            if order.is_empty() {
+                order = train_ids.clone();
+                for i in (1..order.len()).rev() {
+                    let j = rng.below(i + 1);
+                    order.swap(i, j);
+                }
+            }
+            let si = order.pop().unwrap();
+            let s = &data.seqs[si];
+            let lo = s.prompt_len.max(1);
+            let mut cand: Vec<usize> = (lo..s.tokens.len()).collect();
+            if cand.is_empty() {
+                continue;
+            }
+            let k = tc.anchors.min(cand.len());
+            for i in 0..k {
+                let j = i + rng.below(cand.len() - i);
+                cand.swap(i, j);
+            }
+            cand.truncate(k);
+            cand.sort_unstable();
+            let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
+            let (ls, c) = net.loss(&b, &t, &dev)?;
+            count += c;
+            loss = Some(match loss {
+                None => ls,
+                Some(x) => (x + ls)?,
+            });
+        }
+        let Some(loss) = loss else { continue };
+        let loss = (loss / count.max(1) as f64)?;
+        opt.backward_step(&loss)?;
+        let lv = loss.to_scalar::<f32>()? as f64;
+        ema = if ema.is_nan() { lv } else { 0.95 * ema + 0.05 * lv };
+        let done = step + 1;
+        if done % 20 == 0 || done == total {
+            let el = tt.elapsed().as_secs_f64();
+            eprintln!(
+                "training: step {done}/{total}, loss {ema:.4}, lr {lr:.2e}, {el:.0} s, eta {:.0} s",
+                el / done as f64 * (total - done) as f64
+            );
+        }
+        if done % 250 == 0 && done < total {
+            export(&net, engine, &id, &d2t, tc, None, &ckpt)?;
+        }
+    }
+    eprintln!("evaluating on the held-out split");
+    let mut report = evaluate(model, &net, data, &feats, &held, &t2d, &dev)?;
+    report.train_positions = train_positions;
+    report.draft_vocab = d2t.len();
+    report.steps = total;
+    report.final_loss = ema;
+    report.feature_secs = feature_secs;
+    report.secs = t0.elapsed().as_secs_f64();
+    export(&net, engine, &id, &d2t, tc, Some(&report), out)?;
+    let _ = std::fs::remove_file(&ckpt);
+    Ok(report)
+}
+
+fn export(net: &DSparkNet, engine: &Engine, id: &TargetId, d2t: &[u32], tc: &DSparkTrainConfig, report: Option<&DSparkReport>, out: &Path) -> Result<()> {
+    let ty = match tc.weight_type.to_ascii_lowercase().as_str() {
+        "q8_0" => GgmlType::Q8_0,
+        "f16" => GgmlType::F16,
+        "f32" => GgmlType::F32,
+        other => bail!("--weight-type {other}: choose q8_0, f16 or f32"),
+    };
+    let full = d2t.len() == engine.model.cfg.vocab && d2t.iter().enumerate().all(|(i, &t)| t as usize == i);
+    let w = net.weights((!full).then(|| d2t.to_vec()))?;
+    let arr = |v: &[f64]| Value::Array(ValueType::F32, v.iter().map(|&a| Value::F32(a as f32)).collect());
+    let mut extra = vec![
+        ("tandem-dspark.train.command".to_string(), Value::String(tc.command.clone())),
+        ("tandem-dspark.train.seed".to_string(), Value::U64(tc.seed)),
+    ];
+    if let Some(r) = report {
+        extra.push(("tandem-dspark.train.positions".into(), Value::U64(r.train_positions as u64)));
+        extra.push(("tandem-dspark.train.steps".into(), Value::U64(r.steps as u64)));
+        extra.push(("tandem-dspark.train.seconds".into(), Value::F64(r.secs)));
+        extra.push(("tandem-dspark.train.heldout_anchors".into(), Value::U64(r.heldout_anchors as u64)));
+        extra.push(("tandem-dspark.train.heldout_acceptance".into(), arr(&r.acceptance)));
+        extra.push(("tandem-dspark.train.heldout_conditional_acceptance".into(), arr(&r.cond_acceptance)));
+        extra.push(("tandem-dspark.train.heldout_mean_confidence".into(), arr(&r.mean_conf)));
+        extra.push(("tandem-dspark.train.heldout_ece".into(), Value::F32(r.ece as f32)));
+        extra.push(("tandem-dspark.train.mean_committed".into(), Value::F32(r.mean_committed as f32)));
+    }
+    let g = w.to_gguf(engine.model.gguf(), id, ty, &extra)?;
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    g.write_to(out).with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}
+
+/// Held-out acceptance and calibration: every generated position of the
+/// greedy held-out sequences with a full block inside the sequence is an
+/// anchor (along an accepted prefix the teacher-forced Markov inputs are
+/// then exactly the drafted tokens).
+pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features, held: &[usize], t2d: &[u32], dev: &Device) -> Result<DSparkReport> {
+    let cfg = &net.cfg;
+    let bs = cfg.block_size;
+    let mut mask_emb = vec![0f32; cfg.d_model];
+    model.embed(cfg.mask_token, &mut mask_emb)?;
+    let mut acc = vec![0u64; bs];
+    let (mut cond_n, mut cond_ok, mut conf_sum) = (vec![0u64; bs], vec![0u64; bs], vec![0f64; bs]);
+    let (mut bin_n, mut bin_c, mut bin_ok) = (vec![0u64; 10], vec![0f64; 10], vec![0u64; 10]);
+    let (mut anchors_n, mut seqs_n) = (0u64, 0usize);
+    let (mut cov_n, mut cov_in) = (0u64, 0u64);
+    for &si in held {
+        let s = &data.seqs[si];
+        for &a in &s.argmax[s.prompt_len..] {
+            cov_n += 1;
+            cov_in += (t2d[a as usize] != u32::MAX) as u64;
+        }
+        if !is_greedy(s) || s.tokens.len() < bs + 1 {
+            continue;
+        }
+        let lo = s.prompt_len.max(1);
+        let hi = s.tokens.len() + 1 - bs; // a + bs <= len
+        if lo >= hi {
+            continue;
+        }
+        seqs_n += 1;
+        let all: Vec<usize> = (lo..hi).collect();
+        for chunk in all.chunks(64) {
+            let (b, t) = make_blocks(model, cfg, s, &feats.rows[si], chunk, t2d, &mask_emb);
+            let (_, logits, z) = net.forward(&b, dev)?;
+            let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
+            let conf: Vec<f32> = candle_nn::ops::sigmoid(&z)?.to_vec1::<f32>()?;
+            for k in 0..chunk.len() {
+                anchors_n += 1;
+                let mut prefix = true;
+                for i in 0..bs {
+                    let r = k * bs + i;
+                    let ok = t.labels[r] != u32::MAX && pred[r] == t.labels[r];
+                    if prefix {
+                        cond_n[i] += 1;
+                        cond_ok[i] += ok as u64;
+                        conf_sum[i] += conf[r] as f64;
+                        let bi = ((conf[r] * 10.0) as usize).min(9);
+                        bin_n[bi] += 1;
+                        bin_c[bi] += conf[r] as f64;
+                        bin_ok[bi] += ok as u64;
+                    }
+                    prefix &= ok;
+                    acc[i] += prefix as u64;
+                }
+            }
+        }
+    }
+    let nn = anchors_n.max(1) as f64;
+    let acceptance: Vec<f64> = acc.iter().map(|&c| c as f64 / nn).collect();
+    let pairs: u64 = bin_n.iter().sum();
+    let ece = (0..10)
+        .filter(|&b| bin_n[b] > 0)
+        .map(|b| (bin_c[b] / bin_n[b] as f64 - bin_ok[b] as f64 / bin_n[b] as f64).abs() * bin_n[b] as f64 / pairs as f64)
+        .sum();
+    Ok(DSparkReport {
+        heldout_seqs: seqs_n,
+        heldout_anchors: anchors_n as usize,
+        coverage: cov_in as f64 / cov_n.max(1) as f64,
+        mean_committed: 1.0 + acceptance.iter().sum::<f64>(),
+        acceptance,
+        cond_acceptance: cond_ok.iter().zip(&cond_n).map(|(&o, &n)| o as f64 / n.max(1) as f64).collect(),
+        mean_conf: conf_sum.iter().zip(&cond_n).map(|(&c, &n)| c / n.max(1) as f64).collect(),
+        ece,
+        ..Default::default()
+    })
+}
