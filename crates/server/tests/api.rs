@@ -251,3 +251,25 @@ fn mtp_greedy_output_is_identical_and_reports_acceptance() {
     assert!(x["drafter"].as_str().unwrap_or("").starts_with("mtp"), "{spec}");
     assert!(x["drafted_tokens"].as_u64().unwrap() > 0, "{x}");
 }
+
+#[test]
+fn dspark_greedy_output_is_identical_and_reports_acceptance() {
+    let _g = serial();
+    let file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-dspark.gguf");
+    let b = chat_body("Name three colors and say one thing about each.", json!({"temperature": 0, "max_tokens": 40}));
+    let plain = {
+        let s = start(|_| {});
+        post(s.addr, "/v1/chat/completions", &b).json()
+    };
+    let s = start(|c| {
+        c.spec.mtp = Some(file);
+        c.spec.dspark = true;
+        c.spec.fixed_length = true;
+        c.spec.require = true;
+    });
+    let spec = post(s.addr, "/v1/chat/completions", &b).json();
+    assert_eq!(spec["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"]);
+    let x = &spec["tandem"]["speculative"];
+    assert!(x["drafter"].as_str().unwrap_or("").starts_with("dspark"), "{spec}");
+    assert!(x["drafted_tokens"].as_u64().unwrap() > 0, "{x}");
+}

@@ -33,9 +33,14 @@ pub struct DSparkDrafter {
     opts: DSparkOptions,
     /// Context rows of positions `0..cache.len()`.
     cache: KvCache,
+    /// Target features of positions `cache.len()..cache.len() + pending_rows`,
+    /// not yet projected: injection waits until a draft is asked for, so
+    /// cycles the scheduler keeps plain cost nothing, and the rows of several
+    /// cycles go through one batched matmul.
+    feats: Vec<f32>,
+    pending_rows: usize,
     /// The history as last synced: context row p was made from `tokens[..=p]`.
     tokens: Vec<u32>,
-    feats: Vec<f32>,
     e: Vec<f32>,
     base: Vec<f32>,
     logits: Vec<f32>,
@@ -59,10 +64,52 @@ impl DSparkDrafter {
             }
         }
         let cache = model.new_cache(ctx);
-        Ok(DSparkDrafter { model, pool, opts, cache, tokens: Vec::new(), feats: Vec::new(), e: Vec::new(), base: Vec::new(), logits: Vec::new() })
+        Ok(DSparkDrafter {
+            model,
+            pool,
+            opts,
+            cache,
+            feats: Vec::new(),
+            pending_rows: 0,
+            tokens: Vec::new(),
+            e: Vec::new(),
+            base: Vec::new(),
+            logits: Vec::new(),
+        })
     }
 
     /// Drafts one pass yields.
+    /// Positions with features (injected or pending).
+    fn known(&self) -> usize {
+        self.cache.len() + self.pending_rows
+    }
+
+    /// Keep features of positions `< n` only.
+    fn forget_from(&mut self, n: usize) {
+        if n < self.cache.len() {
+            self.cache.truncate(n);
+            self.pending_rows = 0;
+            self.feats.clear();
+        } else if n < self.known() {
+            self.pending_rows = n - self.cache.len();
+            self.feats.truncate(self.pending_rows * self.model.cfg.feat_dim());
+        }
+    }
+
+    /// Project pending features into context rows.
+    fn inject_pending(&mut self) -> Result<(), SpecError> {
+        if self.pending_rows == 0 {
+            return Ok(());
+        }
+        let room = self.cache.ctx().saturating_sub(self.model.cfg.block_size + self.cache.len());
+        let rows = self.pending_rows.min(room);
+        let fd = self.model.cfg.feat_dim();
+        let r = self.model.inject(&self.pool, &mut self.cache, &self.feats[..rows * fd], rows);
+        self.pending_rows = 0;
+        self.feats.clear();
+        r.map_err(SpecError::from)
+    }
+
     fn drafts_per_pass(&self) -> usize {
         if self.model.cfg.sample_from_anchor {
             self.opts.block_size
@@ -107,7 +154,7 @@ impl Drafter for DSparkDrafter {
     fn sync(&mut self, history: &[u32]) -> Result<(), SpecError> {
         let common = self.tokens.iter().zip(history).take_while(|(a, b)| a == b).count();
         if common < self.tokens.len() {
-            self.cache.truncate(self.cache.len().min(common));
+            self.forget_from(common);
         }
         self.tokens.clear();
         self.tokens.extend_from_slice(history);
@@ -115,25 +162,19 @@ impl Drafter for DSparkDrafter {
     }
 
     fn observe(&mut self, start: usize, rows: usize, hidden: &[&[f32]]) {
-        if start > self.cache.len() || rows == 0 {
+        if start > self.known() || rows == 0 {
             // a gap: rows in between were never seen; drafting waits for a resync
             return;
         }
-        self.cache.truncate(start);
+        self.forget_from(start);
         let d = self.model.cfg.d_model;
-        let m = hidden.len();
-        self.feats.clear();
-        self.feats.reserve(rows * m * d);
+        self.feats.reserve(rows * hidden.len() * d);
         for r in 0..rows {
             for h in hidden {
                 self.feats.extend_from_slice(&h[r * d..(r + 1) * d]);
             }
         }
-        let room = self.cache.ctx().saturating_sub(self.model.cfg.block_size + self.cache.len());
-        let rows = rows.min(room);
-        if let Err(e) = self.model.inject(&self.pool, &mut self.cache, &self.feats[..rows * m * d], rows) {
-            tracing::warn!("dspark: context injection failed: {e}");
-        }
+        self.pending_rows += rows;
     }
 
     fn propose(
@@ -147,10 +188,14 @@ impl Drafter for DSparkDrafter {
     ) -> Result<(), SpecError> {
         out.clear();
         let n = history.len();
-        if max == 0 || n == 0 || self.cache.len() < n {
+        if max == 0 || n == 0 || self.known() < n {
             return Ok(());
         }
-        self.cache.truncate(n);
+        self.forget_from(n);
+        self.inject_pending()?;
+        if self.cache.len() < n {
+            return Ok(());
+        }
         let slots = self.opts.block_size;
         if self.cache.len() + slots > self.cache.ctx() {
             return Ok(());

@@ -57,6 +57,8 @@ pub struct Scheduler {
     conf_pred: Vec<f64>,
     conf_obs: Vec<f64>,
     plain_streak: usize,
+    /// The current proposal is a probe: verify it whatever the confidences say.
+    probing: bool,
 }
 
 impl Scheduler {
@@ -72,6 +74,7 @@ impl Scheduler {
             draft_cost: 0.0,
             fixed_draft: false,
             plain_streak: 0,
+            probing: false,
         }
     }
 
@@ -116,6 +119,18 @@ impl Scheduler {
             if i >= accepted {
                 break;
             }
+        }
+    }
+
+    /// Positions `verified..` of a proposal were not verified (the
+    /// confidences did not justify them): move their acceptance estimates
+    /// towards the calibrated confidences, so the budget stops asking for
+    /// drafts that truncation would throw away.
+    pub fn observe_unverified(&mut self, verified: usize, confidence: &[f32]) {
+        let a = self.cfg.ema;
+        for i in verified..confidence.len().min(self.alpha.len()) {
+            let c = self.calibrated(i, confidence[i]);
+            self.alpha[i] = (1.0 - a) * self.alpha[i] + a * c;
         }
     }
 
@@ -224,6 +239,7 @@ impl Scheduler {
             self.plain_streak += 1;
             if self.plain_streak >= self.cfg.probe_every {
                 self.plain_streak = 0;
+                self.probing = true;
                 return 1;
             }
         } else {
@@ -234,7 +250,10 @@ impl Scheduler {
 
     /// Final length once the draft is known, from its confidences (if any):
     /// scan left to right and stop at the first k whose rate does not improve.
-    pub fn truncate(&self, drafted: usize, confidence: &[f32]) -> usize {
+    pub fn truncate(&mut self, drafted: usize, confidence: &[f32]) -> usize {
+        if std::mem::take(&mut self.probing) {
+            return drafted.min(1);
+        }
         if !self.cfg.adaptive || confidence.is_empty() {
             return drafted;
         }
@@ -307,7 +326,7 @@ mod tests {
 
     #[test]
     fn confidence_truncation() {
-        let s = sched();
+        let mut s = sched();
         assert_eq!(s.truncate(5, &[0.95, 0.9, 0.05, 0.9, 0.9]), 2);
         assert_eq!(s.truncate(3, &[]), 3);
     }
@@ -328,6 +347,26 @@ mod tests {
             s.observe_acceptance(4, 0);
         }
         assert_eq!(s.budget(4), 0);
+    }
+
+    #[test]
+    fn declined_proposals_stop_the_budget_and_probes_are_verified() {
+        let mut s = sched();
+        let low = [0.01f32, 0.01, 0.01];
+        let mut asked = 0;
+        for _ in 0..200 {
+            let b = s.budget(3);
+            if b > 0 {
+                asked += 1;
+                let k = s.truncate(b, &low[..b]);
+                if k == 0 {
+                    s.observe_unverified(0, &low[..b]);
+                } else {
+                    assert_eq!(k, 1, "a probe verifies one draft");
+                }
+            }
+        }
+        assert!(asked < 40, "the budget kept asking for drafts that were thrown away: {asked}");
     }
 
     #[test]

@@ -201,6 +201,9 @@ impl Speculator {
         } else {
             String::new()
         };
+        if k < proposed && !self.draft.confidence.is_empty() {
+            self.sched.observe_unverified(k, &self.draft.confidence);
+        }
         self.draft.truncate(k);
 
         let base = cache.len();

@@ -23,6 +23,11 @@ pub fn mtp_head_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-mtp.gguf")
 }
 
+/// The committed DSpark drafter for the default model.
+pub fn dspark_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-dspark.gguf")
+}
+
 pub fn engine(threads: usize) -> Arc<Engine> {
     Arc::new(Engine::load(model_path(), threads).expect("load default model"))
 }
