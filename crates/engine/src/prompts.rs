@@ -621,7 +621,8 @@ pub fn acceptance_svg(title: &str, subtitle: &str, st: &SpecStats) -> Option<Str
         })
         .collect();
     let share: Vec<f64> = (0..n).map(|i| st.pos_accepted[i] as f64 / st.pos_verified[i].max(1) as f64).collect();
-    let (w, h, left, top, bottom) = (640.0f64, 380.0f64, 60.0f64, 70.0f64, 60.0f64);
+    let text_w = (title.chars().count() as f64 * 8.6).max(subtitle.chars().count() as f64 * 6.4) + 40.0;
+    let (w, h, left, top, bottom) = (text_w.max(640.0).round(), 380.0f64, 60.0f64, 70.0f64, 60.0f64);
     let plot_w = w - left - 30.0;
     let plot_h = h - top - bottom;
     let gw = plot_w / n as f64;
@@ -663,14 +664,15 @@ impl PromptBenchReport {
     pub fn acceptance_svg(&self, model: &str) -> Option<String> {
         let st = self.spec_stats.as_ref()?;
         let drafter = self.drafter.as_deref()?;
+        let short = drafter.split('(').next().unwrap_or(drafter).trim();
         let subtitle = format!(
-            "greedy, {} tokens/prompt, {} prompts; mean committed/cycle {:.2}, acceptance {:.1}%",
+            "{drafter}; greedy, {} tokens/prompt, {} prompts; mean committed/cycle {:.2}, acceptance {:.1}%",
             self.n_predict,
             self.rows.len(),
             st.mean_committed(),
             100.0 * st.acceptance_rate()
         );
-        acceptance_svg(&format!("Acceptance per draft position: {drafter} on {model}"), &subtitle, st)
+        acceptance_svg(&format!("Acceptance per draft position: {short} on {model}"), &subtitle, st)
     }
 
     /// The per-category mean speedup chart; None when speculation was off.
