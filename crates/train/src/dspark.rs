@@ -16,8 +16,8 @@
 //!
 //! Loss per supervised slot (DSpark): `w_i·(0.1·CE + 0.9·TV(p_d, p_t)) +
 //! BCE(c_i, Σ min(p_d, p_t))` with `w_i = exp(−i/4)`; `p_t` is the target's
-//! distribution restricted to the draft vocabulary (from the last tap, which
-//! must be the final pre-norm residual). The confidence head sees its inputs
+//! distribution restricted to the draft vocabulary (from the final pre-norm
+//! residual the data file holds). The confidence head sees its inputs
 //! detached, so the BCE trains `conf_proj` only. The token embedding and the
 //! output head (draft-vocabulary rows of the target's head) are constants.
 
@@ -43,7 +43,8 @@ pub struct DSparkTrainConfig {
     pub block_size: usize,
     /// Backbone layers.
     pub layers: usize,
-    /// Target layers tapped (inputs of layer l; the last must be n_layer).
+    /// Target layers tapped (inputs of layer l, 1..=n_layer; llama.cpp's llama
+    /// graph can only extract l < n_layer).
     pub target_layers: Vec<usize>,
     pub rank: usize,
     pub draft_vocab: usize,
@@ -494,8 +495,8 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
     let mut prev = vec![cfg.mask_token; n];
     let mut labels = vec![u32::MAX; n];
     let mut valid = vec![false; n];
+    // the target's final residual (before its output norm), from the data file
     let mut h_last = vec![0f32; n * d];
-    let last = (cfg.target_layers.len() - 1) * d;
     for (k, &a) in anchors.iter().enumerate() {
         for i in 0..bs {
             let r = k * bs + i;
@@ -509,7 +510,7 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
                 prev[r] = s.tokens[p];
                 labels[r] = t2d[s.argmax[p] as usize];
                 valid[r] = true;
-                for (o, v) in h_last[r * d..(r + 1) * d].iter_mut().zip(&f[p * fd + last..p * fd + last + d]) {
+                for (o, v) in h_last[r * d..(r + 1) * d].iter_mut().zip(&s.hidden[p * d..(p + 1) * d]) {
                     *o = v.to_f32();
                 }
             }
@@ -584,9 +585,6 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             DSparkWeights::from_gguf(&g, &tcfg)?
         }
         None => {
-            if tc.target_layers.last() != Some(&tcfg.n_layer) {
-                bail!("the last target layer must be {} (the final residual, for the target distribution)", tcfg.n_layer);
-            }
             if let Some(&bad) = tc.target_layers.iter().find(|&&l| l == 0 || l > tcfg.n_layer) {
                 bail!("target layer {bad} out of range (1..={})", tcfg.n_layer);
             }
@@ -634,9 +632,6 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
         }
     };
     let cfg = init.cfg.clone();
-    if cfg.target_layers.last() != Some(&tcfg.n_layer) {
-        bail!("the drafter's last target layer must be {} (needed for the target distribution)", tcfg.n_layer);
-    }
     let d2t: Vec<u32> = init.d2t.clone().unwrap_or_else(|| (0..tcfg.vocab as u32).collect());
     let mut t2d = vec![u32::MAX; tcfg.vocab];
     for (r, &t) in d2t.iter().enumerate() {
@@ -669,9 +664,9 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             f
         }
     };
-    // the last tap is the hidden row the data file holds: check they agree
-    if let Some(s) = data.seqs.first() {
-        let last = (cfg.target_layers.len() - 1) * d;
+    // a tap of the final residual is the hidden row the data file holds: check they agree
+    if let (Some(s), Some(li)) = (data.seqs.first(), cfg.target_layers.iter().position(|&l| l == tcfg.n_layer)) {
+        let last = li * d;
         let mut diff = 0f32;
         for p in 0..s.tokens.len().min(64) {
             for j in 0..d {
