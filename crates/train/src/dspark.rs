@@ -35,7 +35,7 @@ use tandem_gguf::{GgmlType, Value, ValueType};
 use tandem_model::dspark::{DSparkBlockWeights, BLOCK_TENSORS};
 use tandem_model::{DSparkConfig, DSparkWeights, ForwardOutput, HiddenTap, LogitRows, Model, RopeStyle, TargetId};
 
-use crate::corpus::SplitMix;
+use crate::nn::{draft_vocab, linear, rmsnorm};
 use crate::data::{Dataset, Sequence};
 
 #[derive(Debug, Clone)]
@@ -230,15 +230,6 @@ pub struct Targets {
     pub valid: Vec<bool>,
     /// Last tap at the slot's position, `A·B × d` (zeros where invalid).
     pub h_last: Vec<f32>,
-}
-
-fn rmsnorm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-    x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)
-}
-
-fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    x.matmul(&w.t()?)
 }
 
 /// The trainable drafter: candle variables mirroring [`DSparkWeights`].
@@ -521,20 +512,6 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
 
 /// The draft vocabulary: the `n` most frequent labels of the training split
 /// (ties by id), sorted by id.
-fn draft_vocab(data: &Dataset, seqs: &[usize], vocab: usize, n: usize) -> Vec<u32> {
-    let mut count = vec![0u64; vocab];
-    for &i in seqs {
-        for &a in &data.seqs[i].argmax {
-            count[a as usize] += 1;
-        }
-    }
-    let mut ids: Vec<u32> = (0..vocab as u32).collect();
-    ids.sort_by(|&a, &b| count[b as usize].cmp(&count[a as usize]).then(a.cmp(&b)));
-    let mut keep: Vec<u32> = ids[..n.min(vocab)].to_vec();
-    keep.sort_unstable();
-    keep
-}
-
 /// A sequence generated greedily (every generated token is the target's argmax).
 fn is_greedy(s: &Sequence) -> bool {
     s.prompt_len >= 1 && (s.prompt_len..s.tokens.len()).all(|p| s.tokens[p] == s.argmax[p - 1])
@@ -564,18 +541,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     let dev = Device::Cpu;
     let d = tcfg.d_model;
     // split by sequence, fixed seed
-    let mut rng = SplitMix::new(tc.seed ^ 0x5EED);
-    let (mut train_ids, mut held) = (Vec::new(), Vec::new());
-    for i in 0..data.seqs.len() {
-        if rng.f32() < tc.holdout {
-            held.push(i)
-        } else {
-            train_ids.push(i)
-        }
-    }
-    if train_ids.is_empty() || held.is_empty() {
-        bail!("need both training and held-out sequences ({} sequences, holdout {})", data.seqs.len(), tc.holdout);
-    }
+    let (train_ids, held, mut rng) = crate::nn::split(data, tc.seed, tc.holdout)?;
     let id = TargetId::new(&tcfg, engine.tokenizer.vocab_hash());
     let init = match &tc.init {
         Some(p) => {

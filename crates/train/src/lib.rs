@@ -7,3 +7,4 @@ pub mod corpus;
 pub mod data;
 pub mod dspark;
 pub mod mtp;
+mod nn;

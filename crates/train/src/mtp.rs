@@ -26,7 +26,7 @@ use tandem_gguf::{GgmlType, Value};
 use tandem_model::mtp::{block_shape, MtpWeights, BLOCK_TENSORS};
 use tandem_model::{Config, RopeStyle};
 
-use crate::corpus::SplitMix;
+use crate::nn::{draft_vocab, linear, rmsnorm};
 use crate::data::Dataset;
 
 #[derive(Debug, Clone)]
@@ -105,15 +105,6 @@ pub struct Batch {
     pub mask: Vec<Vec<f32>>,
     /// Absolute position of row 0 of each window.
     pub pos0: Vec<usize>,
-}
-
-fn rmsnorm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-    x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)
-}
-
-fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    x.matmul(&w.t()?)
 }
 
 impl MtpNet {
@@ -355,20 +346,6 @@ fn make_batch(
 
 /// The draft vocabulary: the `n` most frequent labels of the training split
 /// (ties by id), sorted by id.
-fn draft_vocab(data: &Dataset, seqs: &[usize], vocab: usize, n: usize) -> Vec<u32> {
-    let mut count = vec![0u64; vocab];
-    for &i in seqs {
-        for &a in &data.seqs[i].argmax {
-            count[a as usize] += 1;
-        }
-    }
-    let mut ids: Vec<u32> = (0..vocab as u32).collect();
-    ids.sort_by(|&a, &b| count[b as usize].cmp(&count[a as usize]).then(a.cmp(&b)));
-    let mut keep: Vec<u32> = ids[..n.min(vocab)].to_vec();
-    keep.sort_unstable();
-    keep
-}
-
 /// Train, evaluate on the held-out split, export to `out`.
 pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path) -> Result<Report> {
     let t0 = Instant::now();
@@ -382,18 +359,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     let dev = Device::Cpu;
     let d = cfg.d_model;
     // split by sequence, fixed seed
-    let mut rng = SplitMix::new(tc.seed ^ 0x5EED);
-    let (mut train_ids, mut held) = (Vec::new(), Vec::new());
-    for i in 0..data.seqs.len() {
-        if rng.f32() < tc.holdout {
-            held.push(i)
-        } else {
-            train_ids.push(i)
-        }
-    }
-    if train_ids.is_empty() || held.is_empty() {
-        bail!("need both training and held-out sequences ({} sequences, holdout {})", data.seqs.len(), tc.holdout);
-    }
+    let (train_ids, held, mut rng) = crate::nn::split(data, tc.seed, tc.holdout)?;
     let init = match &tc.init {
         Some(p) => {
             let g = tandem_gguf::Gguf::open(p).with_context(|| format!("opening {}", p.display()))?;
