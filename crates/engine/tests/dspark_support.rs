@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
-use tandem_gguf::{GgmlType, Gguf, GgufWriter, TensorData, Value};
+use common::rewrite;
+use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
 use tandem_model::mtp::MtpWeights;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
@@ -26,26 +27,6 @@ fn valid_bytes(engine: &Engine) -> Vec<u8> {
     let cfg = DSparkConfig::for_target(&m.cfg, 1, 4, vec![2, 10, 20, 30], 32, 4096, 4);
     let w = DSparkWeights::init_from_target(m, cfg, Some((0..4096).collect()), 1);
     w.to_gguf(m.gguf(), &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()
-}
-
-/// Re-write a GGUF image, letting `f` edit the metadata and tensor list.
-fn rewrite(bytes: &[u8], f: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorData>)) -> Vec<u8> {
-    let g = Gguf::from_bytes(bytes.to_vec()).unwrap();
-    let mut meta = g.metadata.clone();
-    let mut tensors: Vec<TensorData> = g
-        .tensors
-        .iter()
-        .map(|t| TensorData { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty, data: g.tensor_data(t).to_vec() })
-        .collect();
-    f(&mut meta, &mut tensors);
-    let mut w = GgufWriter::new();
-    for (k, v) in meta {
-        w.set(k, v);
-    }
-    for t in tensors {
-        w.add_tensor(t).unwrap();
-    }
-    w.to_bytes().unwrap()
 }
 
 fn set(key: &'static str, value: Value) -> impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorData>) {

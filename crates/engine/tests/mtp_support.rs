@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
-use tandem_gguf::{GgmlType, Gguf, GgufWriter, TensorData, Value};
+use common::rewrite;
+use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
 use tandem_model::mtp::MtpWeights;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{Model, TargetId};
@@ -23,26 +24,6 @@ fn valid_head_bytes(engine: &Engine) -> Vec<u8> {
     let mut w = MtpWeights::init_from_target(&engine.model, 1);
     w.d2t = Some((0..4096).collect());
     w.to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()
-}
-
-/// Re-write a GGUF image, letting `f` edit the metadata and tensor list.
-fn rewrite(bytes: &[u8], f: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorData>)) -> Vec<u8> {
-    let g = Gguf::from_bytes(bytes.to_vec()).unwrap();
-    let mut meta = g.metadata.clone();
-    let mut tensors: Vec<TensorData> = g
-        .tensors
-        .iter()
-        .map(|t| TensorData { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty, data: g.tensor_data(t).to_vec() })
-        .collect();
-    f(&mut meta, &mut tensors);
-    let mut w = GgufWriter::new();
-    for (k, v) in meta {
-        w.set(k, v);
-    }
-    for t in tensors {
-        w.add_tensor(t).unwrap();
-    }
-    w.to_bytes().unwrap()
 }
 
 fn opts(path: &Path, require: bool) -> SpecOptions {

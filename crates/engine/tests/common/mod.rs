@@ -49,3 +49,23 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
 pub fn slow_tests() -> bool {
     std::env::var("TANDEM_SLOW_TESTS").map(|v| v == "1").unwrap_or(false)
 }
+
+/// Re-write a GGUF image, letting `f` edit the metadata and tensor list.
+pub fn rewrite(bytes: &[u8], f: impl FnOnce(&mut Vec<(String, tandem_gguf::Value)>, &mut Vec<tandem_gguf::TensorData>)) -> Vec<u8> {
+    let g = tandem_gguf::Gguf::from_bytes(bytes.to_vec()).unwrap();
+    let mut meta = g.metadata.clone();
+    let mut tensors: Vec<tandem_gguf::TensorData> = g
+        .tensors
+        .iter()
+        .map(|t| tandem_gguf::TensorData { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty, data: g.tensor_data(t).to_vec() })
+        .collect();
+    f(&mut meta, &mut tensors);
+    let mut w = tandem_gguf::GgufWriter::new();
+    for (k, v) in meta {
+        w.set(k, v);
+    }
+    for t in tensors {
+        w.add_tensor(t).unwrap();
+    }
+    w.to_bytes().unwrap()
+}
