@@ -4,6 +4,8 @@
 //! emitted tokens follow the target's distribution exactly (drafts sampled
 //! from the Markov-corrected distribution, p/q acceptance).
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -12,7 +14,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{DSparkModel, ForwardOutput, HiddenTap, LogitRows, Model, TargetId};
-use tandem_spec::sampling::{argmax, Sampler, SamplerParams};
+use tandem_spec::sampling::{Sampler, SamplerParams};
 use tandem_spec::{DSparkDrafter, DSparkOptions, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64, spec: SyntheticSpec) -> Arc<Model> {
@@ -45,45 +47,6 @@ fn drafter_model(t: &Arc<Model>, seed: u64, block: usize, d2t: Option<Vec<u32>>)
     Arc::new(DSparkModel::load(Arc::new(Gguf::from_bytes(bytes).unwrap()), t.clone(), &id).unwrap())
 }
 
-fn plain(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut cache = m.new_cache(512);
-    let mut out = ForwardOutput::default();
-    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &[], &mut out).unwrap();
-    let mut res = vec![];
-    for _ in 0..n {
-        let t = argmax(out.logits_row(0));
-        res.push(t);
-        m.forward(pool, &mut cache, &[t], &LogitRows::Last, &[], &mut out).unwrap();
-    }
-    res
-}
-
-fn speculative(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut Speculator) -> Vec<u32> {
-    let mut cache = m.new_cache(512);
-    let mut out = ForwardOutput::default();
-    sp.begin(&[]).unwrap();
-    let taps: Vec<HiddenTap> = sp.taps().to_vec();
-    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &taps, &mut out).unwrap();
-    sp.observe(0, prompt.len(), &out.hidden);
-    let mut history = prompt.to_vec();
-    let mut logits = out.logits_row(0).to_vec();
-    let mut sampler = Sampler::new(SamplerParams::greedy());
-    sp.begin(&history).unwrap();
-    let (mut res, mut emitted) = (vec![], vec![]);
-    while res.len() < n {
-        emitted.clear();
-        let fed = sp
-            .cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted)
-            .unwrap();
-        res.extend_from_slice(&emitted);
-        assert_eq!(cache.len(), history.len());
-        if !fed {
-            break;
-        }
-    }
-    res
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
@@ -93,13 +56,13 @@ proptest! {
         let m = target(seed, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
         let pool = Arc::new(ThreadPool::new(threads));
         let prompt: Vec<u32> = (0..12).map(|i| ((seed as u32).wrapping_mul(31) + i * 17) % 300 + 4).collect();
-        let want = plain(&m, &pool, &prompt, 40);
+        let want = common::plain(&m, &pool, &prompt, 40);
         let d2t = reduced.then(|| (0..m.cfg.vocab as u32).filter(|i| i % 3 != 1).take(192).collect());
         let dm = drafter_model(&m, seed, block.max(1), d2t);
         let drafter = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: block, confidence: cut }).unwrap();
         let cfg = SpecConfig { max_draft: block, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
-        let got = speculative(&m, &pool, &prompt, 40, &mut sp);
+        let got = common::speculative(&m, &pool, &prompt, 40, &mut sp);
         prop_assert_eq!(got, want);
         if !adaptive && cut.is_none() {
             prop_assert!(sp.stats.drafted > 0, "fixed mode drafts");
@@ -121,8 +84,8 @@ fn drafts_are_accepted_sometimes() {
         let drafter = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
         let cfg = SpecConfig { max_draft: 4, scheduler: SchedulerConfig { adaptive: false, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
-        let want = plain(&m, &pool, &prompt, 60);
-        assert_eq!(speculative(&m, &pool, &prompt, 60, &mut sp), want);
+        let want = common::plain(&m, &pool, &prompt, 60);
+        assert_eq!(common::speculative(&m, &pool, &prompt, 60, &mut sp), want);
         accepted += sp.stats.accepted;
     }
     assert!(accepted > 0, "no draft was ever accepted");

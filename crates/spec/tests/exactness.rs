@@ -2,6 +2,8 @@
 //! the committed stream equals plain greedy decoding for every drafter, draft
 //! length (1..=16), scheduling mode and thread count.
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -10,25 +12,12 @@ use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
 use tandem_spec::drafter::{Draft, Drafter};
-use tandem_spec::sampling::{argmax, Rng, Sampler, SamplerParams};
+use tandem_spec::sampling::{Rng, Sampler, SamplerParams};
 use tandem_spec::{DraftModel, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
 fn model(seed: u64, ty: GgmlType, n_layer: usize) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty, n_layer, ..Default::default() };
     Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap())
-}
-
-fn plain_greedy(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut cache = m.new_cache(512);
-    let mut out = ForwardOutput::default();
-    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &[], &mut out).unwrap();
-    let mut res = vec![];
-    for _ in 0..n {
-        let t = argmax(out.logits_row(0));
-        res.push(t);
-        m.forward(pool, &mut cache, &[t], &LogitRows::Last, &[], &mut out).unwrap();
-    }
-    res
 }
 
 fn spec_greedy(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut Speculator) -> Vec<u32> {
@@ -102,7 +91,7 @@ proptest! {
         let n = 40;
         for threads in [1, 2] {
             let pool = ThreadPool::new(threads);
-            let want = plain_greedy(&m, &pool, &prompt, n);
+            let want = common::plain(&m, &pool, &prompt, n);
             // oracle with corruption: partial acceptance at every position
             let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed), corrupt, k };
             let mut sp = Speculator::new(Box::new(oracle), cfg(k, adaptive)).unwrap();
@@ -123,7 +112,7 @@ fn target_as_its_own_draft_model_accepts_everything() {
     let m = model(7, GgmlType::Q8_0, 2);
     let pool = ThreadPool::new(2);
     let prompt = [5u32, 6, 7, 8];
-    let want = plain_greedy(&m, &pool, &prompt, 48);
+    let want = common::plain(&m, &pool, &prompt, 48);
     for k in [1, 4, 8, 16] {
         let dm = DraftModel::new(m.clone(), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
         let mut sp = Speculator::new(Box::new(dm), cfg(k, false)).unwrap();

@@ -3,6 +3,8 @@
 //! scheduling mode and thread count, and the head's cache follows the
 //! target's rollbacks.
 
+mod common;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -10,8 +12,7 @@ use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::mtp::MtpWeights;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
-use tandem_model::{ForwardOutput, HiddenTap, LogitRows, Model, MtpHead, TargetId};
-use tandem_spec::sampling::{argmax, Sampler, SamplerParams};
+use tandem_model::{Model, MtpHead, TargetId};
 use tandem_spec::{MtpDrafter, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64) -> Arc<Model> {
@@ -31,45 +32,6 @@ fn head(t: &Arc<Model>, seed: u64, reduced: bool) -> Arc<MtpHead> {
     Arc::new(MtpHead::load(Arc::new(Gguf::from_bytes(bytes).unwrap()), t.clone(), &id).unwrap())
 }
 
-fn plain(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut cache = m.new_cache(512);
-    let mut out = ForwardOutput::default();
-    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &[], &mut out).unwrap();
-    let mut res = vec![];
-    for _ in 0..n {
-        let t = argmax(out.logits_row(0));
-        res.push(t);
-        m.forward(pool, &mut cache, &[t], &LogitRows::Last, &[], &mut out).unwrap();
-    }
-    res
-}
-
-fn speculative(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut Speculator) -> Vec<u32> {
-    let mut cache = m.new_cache(512);
-    let mut out = ForwardOutput::default();
-    sp.begin(&[]).unwrap();
-    let taps: Vec<HiddenTap> = sp.taps().to_vec();
-    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &taps, &mut out).unwrap();
-    sp.observe(0, prompt.len(), &out.hidden);
-    let mut history = prompt.to_vec();
-    let mut logits = out.logits_row(0).to_vec();
-    let mut sampler = Sampler::new(SamplerParams::greedy());
-    sp.begin(&history).unwrap();
-    let (mut res, mut emitted) = (vec![], vec![]);
-    while res.len() < n {
-        emitted.clear();
-        let fed = sp
-            .cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted)
-            .unwrap();
-        res.extend_from_slice(&emitted);
-        assert_eq!(cache.len(), history.len());
-        if !fed {
-            break;
-        }
-    }
-    res
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
@@ -78,11 +40,11 @@ proptest! {
         let m = target(seed);
         let pool = Arc::new(ThreadPool::new(threads));
         let prompt: Vec<u32> = (0..12).map(|i| ((seed as u32).wrapping_mul(31) + i * 17) % 300 + 4).collect();
-        let want = plain(&m, &pool, &prompt, 40);
+        let want = common::plain(&m, &pool, &prompt, 40);
         let drafter = MtpDrafter::new(head(&m, seed, reduced), pool.clone(), 512, k, margin).unwrap();
         let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
-        let got = speculative(&m, &pool, &prompt, 40, &mut sp);
+        let got = common::speculative(&m, &pool, &prompt, 40, &mut sp);
         prop_assert_eq!(got, want);
         if !adaptive && margin == 0.0 {
             prop_assert!(sp.stats.drafted > 0, "fixed mode drafts");

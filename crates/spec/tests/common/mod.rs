@@ -1,0 +1,51 @@
+#![allow(dead_code)]
+//! Shared helpers for the speculative tests: plain greedy decoding, and the
+//! same generation through a [`Speculator`] (with the drafter's hidden taps
+//! observed from the prompt prefill).
+
+use tandem_kernels::ThreadPool;
+use tandem_model::{ForwardOutput, HiddenTap, LogitRows, Model};
+use tandem_spec::sampling::{argmax, Sampler, SamplerParams};
+use tandem_spec::Speculator;
+
+/// `n` tokens of plain greedy decoding after `prompt`.
+pub fn plain(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut cache = m.new_cache(512);
+    let mut out = ForwardOutput::default();
+    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &[], &mut out).unwrap();
+    let mut res = vec![];
+    for _ in 0..n {
+        let t = argmax(out.logits_row(0));
+        res.push(t);
+        m.forward(pool, &mut cache, &[t], &LogitRows::Last, &[], &mut out).unwrap();
+    }
+    res
+}
+
+/// `n` tokens of greedy speculative decoding after `prompt`; checks that the
+/// cache always holds exactly the committed history.
+pub fn speculative(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut Speculator) -> Vec<u32> {
+    let mut cache = m.new_cache(512);
+    let mut out = ForwardOutput::default();
+    sp.begin(&[]).unwrap();
+    let taps: Vec<HiddenTap> = sp.taps().to_vec();
+    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &taps, &mut out).unwrap();
+    sp.observe(0, prompt.len(), &out.hidden);
+    let mut history = prompt.to_vec();
+    let mut logits = out.logits_row(0).to_vec();
+    let mut sampler = Sampler::new(SamplerParams::greedy());
+    sp.begin(&history).unwrap();
+    let (mut res, mut emitted) = (vec![], vec![]);
+    while res.len() < n {
+        emitted.clear();
+        let fed = sp
+            .cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted)
+            .unwrap();
+        res.extend_from_slice(&emitted);
+        assert_eq!(cache.len(), history.len());
+        if !fed {
+            break;
+        }
+    }
+    res
+}
