@@ -772,12 +772,21 @@ impl DSparkModel {
         KvCache::new(self.cfg.n_layer, self.cfg.kv_dim(), ctx.max(1) + self.cfg.block_size)
     }
 
-    fn rope_row(&self, x: &mut [f32], pos: usize) {
-        let hd = self.cfg.head_dim;
-        let mut cs = vec![(0f32, 0f32); hd / 2];
-        ops::rope_angles(pos, hd, self.cfg.rope_base, 1.0, &mut cs);
-        for h in x.chunks_exact_mut(hd) {
-            ops::rope_halves(h, &cs);
+    /// RoPE angles of positions `p0..p0 + rows`, `head_dim / 2` per row
+    /// (computed once per call, shared by every layer and by q and k).
+    fn rope_table(&self, p0: usize, rows: usize) -> Vec<(f32, f32)> {
+        let half = self.cfg.head_dim / 2;
+        let mut cs = vec![(0f32, 0f32); rows * half];
+        for (i, row) in cs.chunks_exact_mut(half).enumerate() {
+            ops::rope_angles(p0 + i, self.cfg.head_dim, self.cfg.rope_base, 1.0, row);
+        }
+        cs
+    }
+
+    /// NeoX RoPE on every head of one row, with that row's angles.
+    fn rope_row(&self, x: &mut [f32], cs: &[(f32, f32)]) {
+        for h in x.chunks_exact_mut(self.cfg.head_dim) {
+            ops::rope_halves(h, cs);
         }
     }
 
@@ -814,12 +823,14 @@ impl DSparkModel {
         }
         let mut k = vec![0f32; rows * kvd];
         let mut v = vec![0f32; rows * kvd];
+        let cs = self.rope_table(p0, rows);
+        let half = c.head_dim / 2;
         for (li, ly) in self.layers.iter().enumerate() {
             matmul_many(pool, &[&ly.wk.view(g), &ly.wv.view(g)], &gn, rows, &mut [&mut k, &mut v]);
             for i in 0..rows {
                 let kr = &mut k[i * kvd..(i + 1) * kvd];
                 Self::head_norm(kr, &ly.k_norm, c.eps, c.head_dim);
-                self.rope_row(kr, p0 + i);
+                self.rope_row(kr, &cs[i * half..(i + 1) * half]);
             }
             cache.push_layer(li, &k, &v);
         }
@@ -863,6 +874,8 @@ impl DSparkModel {
         let mut o = vec![0f32; n * d];
         let mut gt = vec![0f32; n * f];
         let mut up = vec![0f32; n * f];
+        let cs = self.rope_table(a, n);
+        let half = hd / 2;
         for (li, ly) in self.layers.iter().enumerate() {
             for i in 0..n {
                 ops::rmsnorm(&x[i * d..(i + 1) * d], &ly.attn_norm, c.eps, &mut h[i * d..(i + 1) * d]);
@@ -871,10 +884,10 @@ impl DSparkModel {
             for i in 0..n {
                 let qr = &mut q[i * qd..(i + 1) * qd];
                 Self::head_norm(qr, &ly.q_norm, c.eps, hd);
-                self.rope_row(qr, a + i);
+                self.rope_row(qr, &cs[i * half..(i + 1) * half]);
                 let kr = &mut k[i * kvd..(i + 1) * kvd];
                 Self::head_norm(kr, &ly.k_norm, c.eps, hd);
-                self.rope_row(kr, a + i);
+                self.rope_row(kr, &cs[i * half..(i + 1) * half]);
             }
             cache.push_layer(li, &k, &v);
             block_attention(pool, c, cache, li, a + n, n, &q, &mut att);
