@@ -70,14 +70,15 @@ pub fn load_engine(m: &ModelArgs) -> Result<Arc<Engine>> {
     let engine = Engine::load(&path, threads).with_context(|| format!("loading {}", path.display()))?;
     let cfg = &engine.model.cfg;
     eprintln!(
-        "loaded {} ({} layers, width {}, vocab {}) in {:.0} ms; {} threads, SIMD {:?}",
+        "loaded {} ({} layers, width {}, vocab {}) in {:.0} ms; {} threads, SIMD {:?}{}",
         path.file_name().unwrap_or_default().to_string_lossy(),
         cfg.n_layer,
         cfg.d_model,
         cfg.vocab,
         t0.elapsed().as_secs_f64() * 1e3,
         threads,
-        tandem_kernels::simd_level()
+        tandem_kernels::simd_level(),
+        if tandem_kernels::vnni() { "+VNNI" } else { "" }
     );
     Ok(Arc::new(engine))
 }

@@ -24,7 +24,20 @@ pub struct ActBlock {
 
 /// Quantize one f32 row (length a multiple of 32) into `out` (len / 32 blocks).
 /// Rounds half to even, like the AVX2 `round_ps` instruction, with |q| ≤ 127.
+/// Uses the SIMD kernel where available; it gives the same bits as
+/// [`quantize_act_row_scalar`].
 pub fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
+    assert_eq!(x.len(), out.len() * 32, "activation row length must be 32 × blocks");
+    match crate::simd::simd_level() {
+        // SAFETY: AVX2/FMA/F16C checked by simd_level; lengths checked above.
+        #[cfg(target_arch = "x86_64")]
+        crate::SimdLevel::Avx2 => unsafe { crate::simd::avx2::quantize_act_row(x, out) },
+        _ => quantize_act_row_scalar(x, out),
+    }
+}
+
+/// Scalar twin of [`quantize_act_row`].
+pub fn quantize_act_row_scalar(x: &[f32], out: &mut [ActBlock]) {
     assert_eq!(x.len(), out.len() * 32, "activation row length must be 32 × blocks");
     for (blk, xs) in out.iter_mut().zip(x.chunks_exact(32)) {
         let mut amax = 0f32;
@@ -48,6 +61,49 @@ pub fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
 }
 
 #[inline]
-fn round_f16(v: f32) -> f32 {
+pub(crate) fn round_f16(v: f32) -> f32 {
     half::f16::from_f32(v).to_f32()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_quantizer_equals_the_scalar_twin() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..400 {
+            let nb = 1 + case % 7;
+            let x: Vec<f32> = (0..nb * 32)
+                .map(|i| {
+                    let r = next();
+                    match (case + i) % 5 {
+                        // exact halves after scaling: ties must round to even in both
+                        0 => (r % 255) as f32 * 0.5 - 63.5,
+                        1 => 0.0,
+                        2 => f32::from_bits((r as u32 & 0x807F_FFFF) | 0x3F00_0000),
+                        3 => ((r >> 11) as f64 / (1u64 << 53) as f64 * 2e4 - 1e4) as f32,
+                        _ => ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e-3,
+                    }
+                })
+                .collect();
+            let mut a = vec![ActBlock::default(); nb];
+            let mut b = vec![ActBlock::default(); nb];
+            quantize_act_row(&x, &mut a);
+            quantize_act_row_scalar(&x, &mut b);
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!((p.d.to_bits(), p.s.to_bits(), p.qs), (q.d.to_bits(), q.s.to_bits(), q.qs), "case {case}");
+            }
+        }
+        let zeros = vec![0f32; 64];
+        let mut a = vec![ActBlock::default(); 2];
+        quantize_act_row(&zeros, &mut a);
+        assert!(a.iter().all(|b| b.d == 0.0 && b.s == 0.0 && b.qs == [0; 32]));
+    }
 }

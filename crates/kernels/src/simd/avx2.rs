@@ -431,3 +431,43 @@ pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR],
         _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
     }
 }
+
+/// Activation quantization into 32-element int8 blocks; the same operations as
+/// `quant::quantize_act_row_scalar` (max of |x|, one multiply by 127/amax,
+/// round half to even, clamp to ±127, integer sum), so the same bits.
+///
+/// # Safety
+/// AVX2/FMA/F16C available; `x.len() == 32 · out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
+    debug_assert_eq!(x.len(), out.len() * 32);
+    let sign = _mm256_set1_ps(-0.0);
+    let lo = _mm256_set1_ps(-127.0);
+    let hi = _mm256_set1_ps(127.0);
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (b, blk) in out.iter_mut().enumerate() {
+        let p = x.as_ptr().add(32 * b);
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(p.add(8 * i)));
+        let a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+        let a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+        let a = _mm256_max_ps(a01, a23);
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let q: [__m256i; 4] = std::array::from_fn(|i| {
+            let r = _mm256_round_ps(_mm256_mul_ps(v[i], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
+        });
+        let s4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s2 = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b01_00_11_10));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0b10_11_00_01)));
+        let w16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(blk.qs.as_mut_ptr() as *mut __m256i, _mm256_permutevar8x32_epi32(w16, perm));
+        blk.d = crate::quant::round_f16(d);
+        blk.s = blk.d * sum as f32;
+    }
+}

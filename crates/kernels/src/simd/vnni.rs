@@ -1,0 +1,185 @@
+//! AVX-VNNI variants of the packed kernels.
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes and adds groups of four
+//! products straight into i32 lanes, replacing the `maddubs` + `madd` + add
+//! sequence of the AVX2 kernels. The integer sums are exact in both (no i16
+//! step saturates, see `avx2::dot_q8x8`), and the float part is the same
+//! sequence of operations, so these kernels give the same bits as their AVX2
+//! versions and the scalar twins in `pack`.
+//!
+//! # Safety contract
+//! Every `unsafe fn` here requires AVX2, FMA, F16C and AVX-VNNI (the caller
+//! checks [`super::vnni`]) and a group slice holding `a[0].len()` group blocks,
+//! as for the AVX2 kernels.
+
+use std::arch::x86_64::*;
+
+use crate::quant::ActBlock;
+
+/// Packed Q4x8 kernel; same contract and bits as `avx2::dot_q4x8`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+    use crate::pack::Q4X8_BLOCK;
+    let nb = a[0].len();
+    debug_assert!(grp.len() >= nb * Q4X8_BLOCK);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); MR];
+    let mut summ = [_mm256_setzero_ps(); MR];
+    for b in 0..nb {
+        let p = grp.as_ptr().add(b * Q4X8_BLOCK);
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        let mut r = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let pj = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+            r[j] = _mm256_and_si256(pj, m4);
+            r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
+        }
+        for m in 0..MR {
+            let ab = a[m].get_unchecked(b);
+            let q = ab.qs.as_ptr() as *const i32;
+            // two independent chains (even and odd words), summed exactly
+            let mut s0 = _mm256_setzero_si256();
+            let mut s1 = _mm256_setzero_si256();
+            for j in (0..8).step_by(2) {
+                s0 = _mm256_dpbusd_avx_epi32(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
+                s1 = _mm256_dpbusd_avx_epi32(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+            }
+            let isum = _mm256_add_epi32(s0, s1);
+            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+            summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ab.s), summ[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+    }
+}
+
+/// Packed Q8x8 kernel; same contract and bits as `avx2::dot_q8x8`.
+/// `vpdpbusd` needs an unsigned operand, so it takes |w| and sign(a, w).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+    use crate::pack::Q8X8_BLOCK;
+    let nb = a[0].len();
+    debug_assert!(grp.len() >= nb * Q8X8_BLOCK);
+    let mut acc = [_mm256_setzero_ps(); MR];
+    for b in 0..nb {
+        let p = grp.as_ptr().add(b * Q8X8_BLOCK);
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+        let mut isum = [_mm256_setzero_si256(); MR];
+        for j in 0..8 {
+            let r = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
+            let ar = _mm256_sign_epi8(r, r);
+            for m in 0..MR {
+                let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                isum[m] = _mm256_dpbusd_avx_epi32(isum[m], ar, _mm256_sign_epi8(av, r));
+            }
+        }
+        for m in 0..MR {
+            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), dd, acc[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pack::{pack_q4x8, pack_q8x8, Q4X8_BLOCK, Q8X8_BLOCK};
+    use crate::quant::quantize_act_row_scalar;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn f(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
+    fn acts(rng: &mut Rng, rows: usize, nb: usize) -> Vec<Vec<ActBlock>> {
+        (0..rows)
+            .map(|_| {
+                let x: Vec<f32> = (0..nb * 32).map(|_| rng.f() * 4.0).collect();
+                let mut a = vec![ActBlock::default(); nb];
+                quantize_act_row_scalar(&x, &mut a);
+                a
+            })
+            .collect()
+    }
+
+    /// Random bytes are valid Q4_1 / Q8_0 blocks once the f16 scales are tame.
+    fn blocks(rng: &mut Rng, n: usize, nb: usize, bb: usize, scales: usize) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..n * nb * bb).map(|_| rng.next() as u8).collect();
+        for blk in v.chunks_exact_mut(bb) {
+            for s in 0..scales {
+                let h = half::f16::from_f32(rng.f() * 0.1).to_le_bytes();
+                blk[2 * s..2 * s + 2].copy_from_slice(&h);
+            }
+        }
+        v
+    }
+
+    fn check<const MR: usize>(rng: &mut Rng) {
+        let nb = 5;
+        let a = acts(rng, MR, nb);
+        let ar: [&[ActBlock]; MR] = std::array::from_fn(|i| a[i].as_slice());
+        let q4 = pack_q4x8(tandem_gguf::GgmlType::Q4_1, 8, nb * 32, &blocks(rng, 8, nb, 20, 2)).unwrap();
+        let q8 = pack_q8x8(8, nb * 32, &blocks(rng, 8, nb, 34, 1)).unwrap();
+        assert_eq!((q4.len(), q8.len()), (nb * Q4X8_BLOCK, nb * Q8X8_BLOCK));
+        let (mut x, mut y) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
+        // SAFETY: features checked by the caller; the groups hold nb blocks.
+        unsafe {
+            dot_q4x8::<MR>(&q4, ar, &mut x);
+            crate::simd::avx2::dot_q4x8::<MR>(&q4, ar, &mut y);
+        }
+        for m in 0..MR {
+            for c in 0..8 {
+                let want = crate::pack::dot_q4x8_scalar(&q4, nb * 32, c, &a[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q4x8 vnni MR={MR} row {m} col {c}");
+                assert_eq!(y[m][c].to_bits(), want.to_bits(), "q4x8 avx2 MR={MR} row {m} col {c}");
+            }
+        }
+        unsafe {
+            dot_q8x8::<MR>(&q8, ar, &mut x);
+            crate::simd::avx2::dot_q8x8::<MR>(&q8, ar, &mut y);
+        }
+        for m in 0..MR {
+            for c in 0..8 {
+                let want = crate::pack::dot_q8x8_scalar(&q8, nb * 32, c, &a[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q8x8 vnni MR={MR} row {m} col {c}");
+                assert_eq!(y[m][c].to_bits(), want.to_bits(), "q8x8 avx2 MR={MR} row {m} col {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn vnni_and_avx2_kernels_equal_the_scalar_twins() {
+        if !(is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+            && is_x86_feature_detected!("avxvnni"))
+        {
+            eprintln!("skipped: this CPU has no AVX-VNNI");
+            return;
+        }
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..50 {
+            check::<1>(&mut rng);
+            check::<2>(&mut rng);
+            check::<3>(&mut rng);
+            check::<4>(&mut rng);
+        }
+    }
+}
