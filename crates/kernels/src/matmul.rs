@@ -390,7 +390,9 @@ unsafe fn cols_packed<P: Packed>(level: SimdLevel, w: &Weight, acts: &[ActBlock]
                         1 => tile!(1),
                         2 => tile!(2),
                         3 => tile!(3),
-                        _ => tile!(4),
+                        4 => tile!(4),
+                        5 => tile!(5),
+                        _ => tile!(6),
                     }
                 }
             }

@@ -180,6 +180,8 @@ mod tests {
             check::<2>(&mut rng);
             check::<3>(&mut rng);
             check::<4>(&mut rng);
+            check::<5>(&mut rng);
+            check::<6>(&mut rng);
         }
     }
 }
