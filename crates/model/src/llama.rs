@@ -52,10 +52,9 @@ impl Layer {
         })
     }
 
-    /// Run the block on the `m` residual rows in `s.x` (positions `p0..p0+m`,
-    /// RoPE angles already in `s.cs`), appending K/V rows to `cache` layer `li`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward(&self, pool: &ThreadPool, g: &Gguf, cfg: &Config, cache: &mut KvCache, li: usize, p0: usize, m: usize, s: &mut Scratch) {
+    /// Run the block on the `m` residual rows in `s.x` (RoPE angles already in
+    /// `s.cs`), appending their K/V rows to layer `li` of the cache(s) in `kv`.
+    pub(crate) fn forward(&self, pool: &ThreadPool, g: &Gguf, cfg: &Config, kv: &mut Kv, li: usize, m: usize, s: &mut Scratch) {
         let ly = self;
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
         let hd = cfg.head_dim;
@@ -85,9 +84,16 @@ impl Layer {
                 rope(cfg.rope_style, &mut hk[..cfg.rope_dim], cs);
             }
         }
-        cache.push_layer(li, &s.k[..m * kvd], &s.v[..m * kvd]);
+        match kv {
+            Kv::One(cache) => cache.push_layer(li, &s.k[..m * kvd], &s.v[..m * kvd]),
+            Kv::Many(caches) => {
+                for (i, cache) in caches.iter_mut().enumerate() {
+                    cache.push_layer(li, &s.k[i * kvd..(i + 1) * kvd], &s.v[i * kvd..(i + 1) * kvd]);
+                }
+            }
+        }
         let att = resize(&mut s.att, m * qd);
-        attention(pool, cfg, cache, li, p0, m, &s.q[..m * qd], att);
+        attention(pool, cfg, kv, li, m, &s.q[..m * qd], att);
         let o = resize(&mut s.o, m * d);
         matmul(pool, &ly.wo.view(g), att, m, o);
         s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
@@ -310,8 +316,9 @@ impl Model {
                 ops::rope_angles(p0 + i, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
             }
 
+            let mut kv = Kv::One(&mut *cache);
             for (li, ly) in self.layers.iter().enumerate() {
-                ly.forward(pool, g, cfg, cache, li, p0, m, s);
+                ly.forward(pool, g, cfg, &mut kv, li, m, s);
                 for (ti, tap) in taps.iter().enumerate() {
                     if *tap == HiddenTap::Layer(li) {
                         out.hidden[ti] = s.x[..m * d].to_vec();
@@ -347,6 +354,92 @@ impl Model {
         });
         Ok(())
     }
+
+    /// One decode step for each of several sequences at once: row i is
+    /// `tokens[i]` at position `caches[i].len()` of sequence i. The matmuls run
+    /// on all rows together; attention reads each row's own cache. Every row's
+    /// logits (`out.rows` = all rows) and taps have the same bits as a
+    /// one-token [`Model::forward`] on that sequence alone.
+    pub fn forward_multi(
+        &self,
+        pool: &ThreadPool,
+        caches: &mut [&mut KvCache],
+        tokens: &[u32],
+        taps: &[HiddenTap],
+        out: &mut ForwardOutput,
+    ) -> Result<(), ModelError> {
+        let cfg = &self.cfg;
+        let m = tokens.len();
+        if caches.len() != m {
+            return Err(ModelError::BadConfig(format!("forward_multi: {m} tokens for {} caches", caches.len())));
+        }
+        for c in caches.iter() {
+            if c.len() + 1 > c.ctx() {
+                return Err(ModelError::ContextFull { have: c.len(), add: 1, ctx: c.ctx() });
+            }
+            if c.n_layer() != cfg.n_layer || c.kv_dim() != cfg.kv_dim() {
+                return Err(ModelError::BadConfig("forward_multi: a cache of another model".into()));
+            }
+        }
+        for &t in tokens {
+            if t as usize >= cfg.vocab {
+                return Err(ModelError::BadToken { id: t, vocab: cfg.vocab });
+            }
+        }
+        for tap in taps {
+            if let HiddenTap::Layer(l) = *tap {
+                if l >= cfg.n_layer {
+                    return Err(ModelError::BadTap { layer: l, n_layer: cfg.n_layer });
+                }
+            }
+        }
+        out.rows = (0..m).collect();
+        out.hidden.clear();
+        out.hidden.resize(taps.len(), Vec::new());
+        if m == 0 {
+            out.logits.clear();
+            return Ok(());
+        }
+        let g = &*self.gguf;
+        let d = cfg.d_model;
+        SCRATCH.with(|s| {
+            let s = &mut *s.borrow_mut();
+            let x = resize(&mut s.x, m * d);
+            let emb = self.tok_embd.view(g);
+            for (i, &t) in tokens.iter().enumerate() {
+                emb.row_f32(t as usize, &mut x[i * d..(i + 1) * d]);
+            }
+            let half = cfg.rope_dim / 2;
+            s.cs.resize(m * half, (0.0, 0.0));
+            for (i, c) in caches.iter().enumerate() {
+                ops::rope_angles(c.len(), cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+            }
+            let mut kv = Kv::Many(&mut *caches);
+            for (li, ly) in self.layers.iter().enumerate() {
+                ly.forward(pool, g, cfg, &mut kv, li, m, s);
+                for (ti, tap) in taps.iter().enumerate() {
+                    if *tap == HiddenTap::Layer(li) {
+                        out.hidden[ti] = s.x[..m * d].to_vec();
+                    }
+                }
+            }
+            for c in caches.iter_mut() {
+                c.commit(1);
+            }
+            let h = resize(&mut s.h, m * d);
+            for i in 0..m {
+                self.final_norm(&s.x[i * d..(i + 1) * d], &mut h[i * d..(i + 1) * d]);
+            }
+            for (ti, tap) in taps.iter().enumerate() {
+                if *tap == HiddenTap::Final {
+                    out.hidden[ti] = h.to_vec();
+                }
+            }
+            out.logits.resize(m * cfg.vocab, 0.0);
+            matmul(pool, &self.output.view(g), &s.h[..m * d], m, &mut out.logits);
+        });
+        Ok(())
+    }
 }
 
 fn rope(style: RopeStyle, x: &mut [f32], cs: &[(f32, f32)]) {
@@ -362,12 +455,30 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
-/// Causal attention of `m` query rows at positions `p0..p0+m` over the cache.
-/// Each (row, head) is one unit of work; its result depends only on its own
-/// query and the cache rows up to its position.
-#[allow(clippy::too_many_arguments)]
-fn attention(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize, p0: usize, m: usize, q: &[f32], out: &mut [f32]) {
-    let (kc, vc) = cache.layer(layer);
+/// The cache(s) a forward pass appends to.
+pub(crate) enum Kv<'a, 'b> {
+    /// One sequence: the rows are consecutive positions `len..len+m`.
+    One(&'a mut KvCache),
+    /// One decode row per sequence: row i is position `caches[i].len()` of
+    /// sequence i.
+    Many(&'a mut [&'b mut KvCache]),
+}
+
+impl Kv<'_, '_> {
+    /// The cache row `i` attends over, and its position.
+    fn row(&self, i: usize) -> (&KvCache, usize) {
+        match self {
+            Kv::One(c) => (&**c, c.len() + i),
+            Kv::Many(cs) => (&*cs[i], cs[i].len()),
+        }
+    }
+}
+
+/// Causal attention of `m` query rows over the cache(s). Each (row, head) is
+/// one unit of work; its result depends only on its own query and the cache
+/// rows up to its position, so a row gives the same bits alone, in a batch of
+/// its own sequence, or beside rows of other sequences.
+fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q: &[f32], out: &mut [f32]) {
     let hd = cfg.head_dim;
     let kvd = cfg.kv_dim();
     let qd = cfg.q_dim();
@@ -381,8 +492,10 @@ fn attention(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize, p0:
             let mut sc = sc.borrow_mut();
             for u in split_range(units, nt, t, 1) {
                 let (i, h) = (u / cfg.n_head, u % cfg.n_head);
+                let (cache, pos) = kv.row(i);
+                let (kc, vc) = cache.layer(layer);
                 let kvh = h / group;
-                let n_ctx = p0 + i + 1;
+                let n_ctx = pos + 1;
                 let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
                 sc.resize(n_ctx, 0.0);
                 for (j, s) in sc.iter_mut().enumerate() {

@@ -21,7 +21,7 @@ use tandem_kernels::matmul::matmul;
 use tandem_kernels::{ops, ThreadPool};
 
 use crate::kv::KvCache;
-use crate::llama::{resize, Layer, SCRATCH};
+use crate::llama::{resize, Kv, Layer, SCRATCH};
 use crate::support::{detect_kind, SupportError, SupportKind, TargetId};
 use crate::weights::{load_vec, WeightRef};
 use crate::{Model, ModelError};
@@ -212,7 +212,7 @@ impl MtpHead {
             for i in 0..m {
                 ops::rope_angles(p0 + i, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
             }
-            self.block.forward(pool, &self.gguf, cfg, cache, 0, p0, m, s);
+            self.block.forward(pool, &self.gguf, cfg, &mut Kv::One(&mut *cache), 0, m, s);
             cache.commit(m);
             out_hidden.clear();
             out_hidden.extend_from_slice(&s.x[..m * d]);

@@ -55,6 +55,65 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    /// One decode row per sequence (`forward_multi`, used to generate training
+    /// data for many prompts at once) gives each sequence the same bits as
+    /// decoding it alone.
+    #[test]
+    fn rows_of_different_sequences_equal_their_own_steps(ty_i in 0usize..TYPES.len(), n_seq in 1usize..=7,
+                                                         steps in 1usize..4, seed in 1u64..1000) {
+        let md = model(TYPES[ty_i], seed, seed % 2 == 0);
+        let vocab = md.cfg.vocab as u64;
+        let (d, v) = (md.cfg.d_model, md.cfg.vocab);
+        let taps = [HiddenTap::Layer(1), HiddenTap::Final];
+        let tok = |s: usize, i: usize| ((s as u64 * 104_729 + i as u64 * 7919 + seed * 31) % vocab) as u32;
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let mut out = ForwardOutput::default();
+            // prompts of different lengths, prefilled one sequence at a time
+            let mut alone: Vec<_> = (0..n_seq).map(|s| {
+                let mut c = md.new_cache(256);
+                let p: Vec<u32> = (0..1 + 5 * s % 17).map(|i| tok(s, i)).collect();
+                md.forward(&pool, &mut c, &p, &LogitRows::None, &[], &mut out).unwrap();
+                c
+            }).collect();
+            let mut together = alone.clone();
+            for step in 0..steps {
+                let toks: Vec<u32> = (0..n_seq).map(|s| tok(s, 100 + step)).collect();
+                let mut refs: Vec<&mut tandem_model::KvCache> = together.iter_mut().collect();
+                md.forward_multi(&pool, &mut refs, &toks, &taps, &mut out).unwrap();
+                let mut one = ForwardOutput::default();
+                for (s, c) in alone.iter_mut().enumerate() {
+                    md.forward(&pool, c, &toks[s..s + 1], &LogitRows::All, &taps, &mut one).unwrap();
+                    prop_assert_eq!(bits(&out.logits[s * v..(s + 1) * v]), bits(&one.logits), "seq {} step {} threads {}", s, step, threads);
+                    for t in 0..taps.len() {
+                        prop_assert_eq!(bits(&out.hidden[t][s * d..(s + 1) * d]), bits(&one.hidden[t]), "tap {} seq {}", t, s);
+                    }
+                    prop_assert_eq!(together[s].len(), c.len());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn forward_multi_rejects_bad_inputs() {
+    let md = model(GgmlType::Q4_1, 3, true);
+    let pool = ThreadPool::new(1);
+    let mut out = ForwardOutput::default();
+    let mut a = md.new_cache(4);
+    let mut b = md.new_cache(1);
+    md.forward(&pool, &mut b, &[1], &LogitRows::None, &[], &mut out).unwrap();
+    // b is full
+    assert!(md.forward_multi(&pool, &mut [&mut a, &mut b], &[1, 2], &[], &mut out).is_err());
+    // token count differs from cache count
+    assert!(md.forward_multi(&pool, &mut [&mut a], &[1, 2], &[], &mut out).is_err());
+    // bad token
+    assert!(md.forward_multi(&pool, &mut [&mut a], &[u32::MAX], &[], &mut out).is_err());
+    assert_eq!(a.len(), 0, "a failed call leaves the caches alone");
+}
+
 #[test]
 fn truncate_and_reevaluate_gives_same_bits() {
     let md = model(GgmlType::Q4_1, 5, true);
