@@ -139,6 +139,10 @@ pub struct TrainMtpArgs {
     /// Seed for the corpus, the split, initialisation and batching.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Answers the target decodes together while generating (one forward row
+    /// each; the data is the same for any value).
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
     /// Stop after generating the data.
     #[arg(long)]
     pub gen_only: bool,

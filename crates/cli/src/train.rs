@@ -30,6 +30,7 @@ fn load_or_generate(
     max_new: usize,
     sampled_share: f32,
     seed: u64,
+    parallel: usize,
 ) -> Result<Dataset> {
     let t0 = Instant::now();
     if data_path.exists() {
@@ -43,7 +44,7 @@ fn load_or_generate(
         Ok(d)
     } else {
         let prompts = tandem_train::corpus::prompts(prompts, seed);
-        let cfg = GenConfig { max_new, sampled_share, temp: 0.8, seed };
+        let cfg = GenConfig { max_new, sampled_share, temp: 0.8, seed, parallel };
         let d = Dataset::generate(engine, &prompts, &cfg)?;
         d.save(data_path).with_context(|| format!("saving {}", data_path.display()))?;
         eprintln!(
@@ -62,7 +63,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     // the data of `train mtp` with its default generation settings
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 160, 0.25, a.seed));
-    let data = load_or_generate(&engine, &data_path, 448, 160, 0.25, a.seed)?;
+    let data = load_or_generate(&engine, &data_path, 448, 160, 0.25, a.seed, 8)?;
     let layers: Vec<String> = a.target_layers.iter().map(|l| l.to_string()).collect();
     let feature_cache = (!a.no_feature_cache).then(|| data_path.with_extension(format!("dspark-l{}.feats", layers.join("-"))));
     let cfg = tandem_train::dspark::DSparkTrainConfig {
@@ -91,7 +92,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.max_new, a.sampled_share, a.seed));
-    let data = load_or_generate(&engine, &data_path, a.prompts, a.max_new, a.sampled_share, a.seed)?;
+    let data = load_or_generate(&engine, &data_path, a.prompts, a.max_new, a.sampled_share, a.seed, a.parallel)?;
     if a.gen_only {
         return Ok(());
     }

@@ -47,6 +47,8 @@ pub struct GenConfig {
     pub sampled_share: f32,
     pub temp: f32,
     pub seed: u64,
+    /// Answers decoded together (rows of one forward); does not change the data.
+    pub parallel: usize,
 }
 
 impl Dataset {
@@ -58,7 +60,21 @@ impl Dataset {
     }
 
     /// Let the target answer `prompts`, capturing what the drafter trains on.
+    ///
+    /// Up to `cfg.parallel` answers are decoded together, one row per sequence
+    /// per forward ([`tandem_model::Model::forward_multi`]). Each row has the
+    /// same bits as decoding that sequence alone, and every sequence draws its
+    /// sampling choice and seed in prompt order, so the data file is the same
+    /// for any `parallel` and thread count.
     pub fn generate(engine: &Arc<Engine>, prompts: &[String], cfg: &GenConfig) -> Result<Dataset> {
+        struct Active {
+            idx: usize,
+            seq: Sequence,
+            cache: tandem_model::KvCache,
+            sampler: Sampler,
+            last: Vec<f32>,
+            steps: usize,
+        }
         let model = &engine.model;
         let d = model.cfg.d_model;
         let taps = [HiddenTap::Layer(model.cfg.n_layer - 1)];
@@ -68,48 +84,76 @@ impl Dataset {
                 .unwrap(),
         );
         let mut rng = crate::corpus::SplitMix::new(cfg.seed ^ 0xDA7A);
-        let mut seqs = Vec::with_capacity(prompts.len());
+        let mut done: Vec<Option<Sequence>> = vec![None; prompts.len()];
+        let mut active: Vec<Active> = Vec::new();
         let mut out = ForwardOutput::default();
-        let mut total = 0usize;
-        for p in prompts {
-            let text = engine.render_chat(&[ChatMessage::new("user", p)])?;
-            let ids = engine.tokenize_prompt(&text);
-            let sampled = rng.f32() < cfg.sampled_share;
-            let mut sampler = Sampler::new(if sampled {
-                SamplerParams { temperature: cfg.temp, top_k: 40, top_p: 0.95, min_p: 0.05, seed: rng.next_u64() }
-            } else {
-                SamplerParams::greedy()
-            });
-            let mut cache = model.new_cache(ids.len() + cfg.max_new + 1);
-            let mut s = Sequence { prompt_len: ids.len(), ..Default::default() };
-            model.forward(&engine.pool, &mut cache, &ids, &LogitRows::All, &taps, &mut out)?;
-            s.tokens.extend_from_slice(&ids);
-            for r in 0..ids.len() {
-                s.argmax.push(argmax(out.logits_row(r)) as u32);
+        let (mut total, mut next, mut finished) = (0usize, 0usize, 0usize);
+        loop {
+            // start new answers in prompt order (prefill one prompt at a time)
+            while active.len() < cfg.parallel.max(1) && next < prompts.len() {
+                let text = engine.render_chat(&[ChatMessage::new("user", &prompts[next])])?;
+                let ids = engine.tokenize_prompt(&text);
+                let sampled = rng.f32() < cfg.sampled_share;
+                let sampler = Sampler::new(if sampled {
+                    SamplerParams { temperature: cfg.temp, top_k: 40, top_p: 0.95, min_p: 0.05, seed: rng.next_u64() }
+                } else {
+                    SamplerParams::greedy()
+                });
+                let mut cache = model.new_cache(ids.len() + cfg.max_new + 1);
+                let mut seq = Sequence { prompt_len: ids.len(), ..Default::default() };
+                model.forward(&engine.pool, &mut cache, &ids, &LogitRows::All, &taps, &mut out)?;
+                seq.tokens.extend_from_slice(&ids);
+                for r in 0..ids.len() {
+                    seq.argmax.push(argmax(out.logits_row(r)) as u32);
+                }
+                seq.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
+                let last = out.logits_row(ids.len() - 1).to_vec();
+                active.push(Active { idx: next, seq, cache, sampler, last, steps: 0 });
+                next += 1;
             }
-            s.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
-            let mut last = out.logits_row(ids.len() - 1).to_vec();
-            for _ in 0..cfg.max_new {
-                let t = sampler.sample(&last);
-                if engine.tokenizer.is_eog(t) || cache.len() >= cache.ctx() {
+            // choose each answer's next token; finished answers leave
+            let mut toks = Vec::with_capacity(active.len());
+            let mut i = 0;
+            while i < active.len() {
+                let a = &mut active[i];
+                let t = if a.steps < cfg.max_new { Some(a.sampler.sample(&a.last)) } else { None };
+                match t {
+                    Some(t) if !engine.tokenizer.is_eog(t) && a.cache.len() < a.cache.ctx() => {
+                        toks.push(t);
+                        i += 1;
+                    }
+                    _ => {
+                        let a = active.remove(i);
+                        total += a.seq.tokens.len() - a.seq.prompt_len;
+                        done[a.idx] = Some(a.seq);
+                        finished += 1;
+                        pb.set_message(format!("{total} tokens"));
+                        pb.inc(1);
+                        if pb.is_hidden() && finished % 50 == 0 {
+                            // no terminal (CI logs): a line now and then instead of the bar
+                            eprintln!("generating: {finished}/{} prompts, {total} tokens, {:.0} s", prompts.len(), pb.elapsed().as_secs_f64());
+                        }
+                    }
+                }
+            }
+            if active.is_empty() {
+                if next >= prompts.len() {
                     break;
                 }
-                model.forward(&engine.pool, &mut cache, &[t], &LogitRows::Last, &taps, &mut out)?;
-                last.copy_from_slice(out.logits_row(0));
-                s.tokens.push(t);
-                s.argmax.push(argmax(&last) as u32);
-                s.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
+                continue;
             }
-            total += s.tokens.len() - s.prompt_len;
-            pb.set_message(format!("{total} tokens"));
-            pb.inc(1);
-            if pb.is_hidden() && (seqs.len() + 1) % 50 == 0 {
-                // no terminal (CI logs): a line now and then instead of the bar
-                eprintln!("generating: {}/{} prompts, {total} tokens, {:.0} s", seqs.len() + 1, prompts.len(), pb.elapsed().as_secs_f64());
+            let mut caches: Vec<&mut tandem_model::KvCache> = active.iter_mut().map(|a| &mut a.cache).collect();
+            model.forward_multi(&engine.pool, &mut caches, &toks, &taps, &mut out)?;
+            for (r, (a, &t)) in active.iter_mut().zip(&toks).enumerate() {
+                a.last.copy_from_slice(out.logits_row(r));
+                a.seq.tokens.push(t);
+                a.seq.argmax.push(argmax(&a.last) as u32);
+                a.seq.hidden.extend(out.hidden[0][r * d..(r + 1) * d].iter().map(|&v| f16::from_f32(v)));
+                a.steps += 1;
             }
-            seqs.push(s);
         }
         pb.finish();
+        let seqs = done.into_iter().map(|s| s.expect("every prompt answered")).collect();
         Ok(Dataset { d, vocab_hash: engine.tokenizer.vocab_hash(), seqs })
     }
 
