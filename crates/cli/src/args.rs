@@ -139,6 +139,13 @@ pub struct TrainMtpArgs {
     /// Seed for the corpus, the split, initialisation and batching.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Extra prompts written by the target itself (sampled user turns), on top
+    /// of the --prompts built-in ones.
+    #[arg(long, default_value_t = 0)]
+    pub target_prompts: usize,
+    /// Temperature for the target-written prompts.
+    #[arg(long, default_value_t = 1.0)]
+    pub prompt_temp: f32,
     /// Answers the target decodes together while generating (one forward row
     /// each; the data is the same for any value).
     #[arg(long, default_value_t = 8)]

@@ -18,15 +18,46 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
 }
 
 /// The default data file of `train mtp` for these generation settings.
-fn default_data_path(prompts: usize, max_new: usize, sampled_share: f32, seed: u64) -> PathBuf {
-    PathBuf::from(format!("target/train-data/mtp-p{prompts}-n{max_new}-s{sampled_share}-seed{seed}.bin"))
+fn default_data_path(prompts: usize, target_prompts: usize, max_new: usize, sampled_share: f32, seed: u64) -> PathBuf {
+    let t = if target_prompts > 0 { format!("-t{target_prompts}") } else { String::new() };
+    PathBuf::from(format!("target/train-data/mtp-p{prompts}{t}-n{max_new}-s{sampled_share}-seed{seed}.bin"))
+}
+
+/// Where the prompts come from: the built-in corpus, then (optionally) user
+/// turns written by the target. Any that equals a benchmark prompt in
+/// ../shared/bench is dropped (we never train on them).
+#[derive(Debug, Clone, Copy)]
+struct PromptSource {
+    builtin: usize,
+    target: usize,
+    temp: f32,
+}
+
+fn bench_prompts() -> std::collections::HashSet<String> {
+    let mut out = std::collections::HashSet::new();
+    for dir in ["../shared/bench", "shared/bench"] {
+        let Ok(rd) = std::fs::read_dir(dir) else { continue };
+        for e in rd.flatten() {
+            let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+            for line in text.lines() {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+                    for k in ["user", "raw"] {
+                        if let Some(s) = v.get(k).and_then(|s| s.as_str()) {
+                            out.insert(s.trim().to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Load the data cache, or let the target generate it and save it.
 fn load_or_generate(
     engine: &std::sync::Arc<tandem_engine::Engine>,
     data_path: &std::path::Path,
-    prompts: usize,
+    src: PromptSource,
     max_new: usize,
     sampled_share: f32,
     seed: u64,
@@ -43,7 +74,22 @@ fn load_or_generate(
         eprintln!("reusing {} ({} sequences, {} tokens)", data_path.display(), d.seqs.len(), d.tokens());
         Ok(d)
     } else {
-        let prompts = tandem_train::corpus::prompts(prompts, seed);
+        let mut prompts = tandem_train::corpus::prompts(src.builtin, seed);
+        if src.target > 0 {
+            let t1 = Instant::now();
+            let extra = tandem_train::data::target_prompts(engine, src.target, seed, src.temp, parallel)?;
+            eprintln!("the target wrote {} prompts in {:.0} s", extra.len(), t1.elapsed().as_secs_f64());
+            prompts.extend(extra);
+        }
+        let bench = bench_prompts();
+        let before = prompts.len();
+        prompts.retain(|p| !bench.contains(p.trim()));
+        if prompts.len() < before {
+            eprintln!("dropped {} prompts equal to benchmark prompts", before - prompts.len());
+        }
+        // the prompts beside the data, for inspection
+        std::fs::create_dir_all(data_path.parent().unwrap_or(std::path::Path::new(".")))?;
+        std::fs::write(data_path.with_extension("prompts.json"), serde_json::to_string_pretty(&prompts)?)?;
         let cfg = GenConfig { max_new, sampled_share, temp: 0.8, seed, parallel };
         let d = Dataset::generate(engine, &prompts, &cfg)?;
         d.save(data_path).with_context(|| format!("saving {}", data_path.display()))?;
@@ -62,8 +108,8 @@ fn load_or_generate(
 fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     // the data of `train mtp` with its default generation settings
-    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 160, 0.25, a.seed));
-    let data = load_or_generate(&engine, &data_path, 448, 160, 0.25, a.seed, 8)?;
+    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, 160, 0.25, a.seed));
+    let data = load_or_generate(&engine, &data_path, PromptSource { builtin: 448, target: 0, temp: 1.0 }, 160, 0.25, a.seed, 8)?;
     let layers: Vec<String> = a.target_layers.iter().map(|l| l.to_string()).collect();
     let feature_cache = (!a.no_feature_cache).then(|| data_path.with_extension(format!("dspark-l{}.feats", layers.join("-"))));
     let cfg = tandem_train::dspark::DSparkTrainConfig {
@@ -91,8 +137,8 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
 
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
-    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.max_new, a.sampled_share, a.seed));
-    let data = load_or_generate(&engine, &data_path, a.prompts, a.max_new, a.sampled_share, a.seed, a.parallel)?;
+    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.target_prompts, a.max_new, a.sampled_share, a.seed));
+    let data = load_or_generate(&engine, &data_path, PromptSource { builtin: a.prompts, target: a.target_prompts, temp: a.prompt_temp }, a.max_new, a.sampled_share, a.seed, a.parallel)?;
     if a.gen_only {
         return Ok(());
     }

@@ -223,3 +223,92 @@ impl Dataset {
         Ok(Dataset { d, vocab_hash, seqs })
     }
 }
+
+/// User requests written by the target itself: the chat template up to the
+/// start of a user turn, then sampled text (temperature `temp`, top-p 0.95)
+/// until the turn ends. This draws prompts from the target's own idea of what
+/// users ask, which templates cannot cover. Deterministic for a seed and the
+/// same for any `parallel` (each request has its own sampler, seeded in order);
+/// empty, unfinished, very short and repeated requests are dropped.
+pub fn target_prompts(engine: &Arc<Engine>, n: usize, seed: u64, temp: f32, parallel: usize) -> Result<Vec<String>> {
+    const MAX_TOKENS: usize = 80;
+    const MARK: &str = "\u{1}MARK\u{1}";
+    let model = &engine.model;
+    let text = engine.render_chat(&[ChatMessage::new("user", MARK)])?;
+    let prefix = &text[..text.find(MARK).context("chat template drops the user text")?];
+    let ids = engine.tokenize_prompt(prefix);
+    let mut base = model.new_cache(ids.len() + MAX_TOKENS + 1);
+    let mut out = ForwardOutput::default();
+    model.forward(&engine.pool, &mut base, &ids, &LogitRows::Last, &[], &mut out)?;
+    let first = out.logits_row(0).to_vec();
+    let pb = ProgressBar::new(n as u64);
+    pb.set_style(ProgressStyle::with_template("writing prompts {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}]").unwrap());
+    let mut rng = crate::corpus::SplitMix::new(seed ^ 0x9A0B_7E57);
+    struct Slot {
+        idx: usize,
+        cache: tandem_model::KvCache,
+        sampler: Sampler,
+        last: Vec<f32>,
+        toks: Vec<u32>,
+    }
+    let mut slots: Vec<Slot> = Vec::new();
+    // outcome of each started request, in start order (None: still running;
+    // Some(None): dropped); the first n kept ones are the result, so the list
+    // does not depend on `parallel`
+    let mut results: Vec<Option<Option<String>>> = Vec::new();
+    let mut prompts = Vec::with_capacity(n);
+    let mut seen = std::collections::HashSet::new();
+    let mut scan = 0;
+    let budget = n * 4;
+    loop {
+        while scan < results.len() && prompts.len() < n {
+            match &results[scan] {
+                None => break,
+                Some(Some(t)) => {
+                    if seen.insert(t.clone()) {
+                        prompts.push(t.clone());
+                    }
+                }
+                Some(None) => {}
+            }
+            scan += 1;
+        }
+        let pending = results.len() - scan;
+        while slots.len() < parallel.max(1) && results.len() < budget && prompts.len() + pending < n + parallel.max(1) {
+            let sampler = Sampler::new(SamplerParams { temperature: temp, top_k: 0, top_p: 0.95, min_p: 0.0, seed: rng.next_u64() });
+            slots.push(Slot { idx: results.len(), cache: base.clone(), sampler, last: first.clone(), toks: Vec::new() });
+            results.push(None);
+        }
+        let mut toks = Vec::new();
+        let mut i = 0;
+        while i < slots.len() {
+            let sl = &mut slots[i];
+            let t = sl.sampler.sample(&sl.last);
+            let over = sl.toks.len() >= MAX_TOKENS;
+            if engine.tokenizer.is_eog(t) || over {
+                let s = slots.remove(i);
+                let text = engine.tokenizer.decode(&s.toks).trim().to_string();
+                let ok = !over && text.split_whitespace().count() >= 3 && !text.contains("<|");
+                results[s.idx] = Some(if ok { Some(text) } else { None });
+            } else {
+                slots[i].toks.push(t);
+                toks.push(t);
+                i += 1;
+            }
+        }
+        pb.set_position(prompts.len() as u64);
+        if slots.is_empty() {
+            if prompts.len() >= n || results.len() >= budget {
+                break;
+            }
+            continue;
+        }
+        let mut caches: Vec<&mut tandem_model::KvCache> = slots.iter_mut().map(|s| &mut s.cache).collect();
+        model.forward_multi(&engine.pool, &mut caches, &toks, &[], &mut out)?;
+        for (r, s) in slots.iter_mut().enumerate() {
+            s.last.copy_from_slice(out.logits_row(r));
+        }
+    }
+    pb.finish();
+    Ok(prompts)
+}
