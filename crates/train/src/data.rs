@@ -310,5 +310,10 @@ pub fn target_prompts(engine: &Arc<Engine>, n: usize, seed: u64, temp: f32, para
         }
     }
     pb.finish();
+    for r in results[scan..].iter().flatten().flatten() {
+        if prompts.len() < n && seen.insert(r.clone()) {
+            prompts.push(r.clone());
+        }
+    }
     Ok(prompts)
 }
