@@ -247,6 +247,45 @@ impl Model {
         ops::rmsnorm(x, &self.output_norm, self.cfg.eps, out);
     }
 
+    /// Token ids within the vocabulary and layer taps within the model.
+    fn check_inputs(&self, tokens: &[u32], taps: &[HiddenTap]) -> Result<(), ModelError> {
+        let cfg = &self.cfg;
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
+            return Err(ModelError::BadToken { id: t, vocab: cfg.vocab });
+        }
+        for tap in taps {
+            if let HiddenTap::Layer(l) = *tap {
+                if l >= cfg.n_layer {
+                    return Err(ModelError::BadTap { layer: l, n_layer: cfg.n_layer });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Embedding rows of `tokens` into `s.x`.
+    fn embed_rows(&self, tokens: &[u32], s: &mut Scratch) {
+        let d = self.cfg.d_model;
+        let x = resize(&mut s.x, tokens.len() * d);
+        let emb = self.tok_embd.view(&self.gguf);
+        for (i, &t) in tokens.iter().enumerate() {
+            emb.row_f32(t as usize, &mut x[i * d..(i + 1) * d]);
+        }
+    }
+
+    /// All blocks over the `m` rows in `s.x`, capturing the layer taps asked for.
+    fn run_layers(&self, pool: &ThreadPool, kv: &mut Kv, m: usize, taps: &[HiddenTap], s: &mut Scratch, out: &mut ForwardOutput) {
+        let d = self.cfg.d_model;
+        for (li, ly) in self.layers.iter().enumerate() {
+            ly.forward(pool, &self.gguf, &self.cfg, kv, li, m, s);
+            for (ti, tap) in taps.iter().enumerate() {
+                if *tap == HiddenTap::Layer(li) {
+                    out.hidden[ti] = s.x[..m * d].to_vec();
+                }
+            }
+        }
+    }
+
     /// Evaluate `tokens` at positions `cache.len()..`, append their K/V rows to
     /// the cache, and fill `out` with the logits and hidden states asked for.
     pub fn forward(
@@ -263,18 +302,7 @@ impl Model {
         if cache.len() + m > cache.ctx() {
             return Err(ModelError::ContextFull { have: cache.len(), add: m, ctx: cache.ctx() });
         }
-        for &t in tokens {
-            if t as usize >= cfg.vocab {
-                return Err(ModelError::BadToken { id: t, vocab: cfg.vocab });
-            }
-        }
-        for tap in taps {
-            if let HiddenTap::Layer(l) = *tap {
-                if l >= cfg.n_layer {
-                    return Err(ModelError::BadTap { layer: l, n_layer: cfg.n_layer });
-                }
-            }
-        }
+        self.check_inputs(tokens, taps)?;
         let logit_rows: Vec<usize> = match rows {
             LogitRows::None => vec![],
             LogitRows::Last => {
@@ -304,11 +332,7 @@ impl Model {
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
             // embeddings
-            let x = resize(&mut s.x, m * d);
-            let emb = self.tok_embd.view(g);
-            for (i, &t) in tokens.iter().enumerate() {
-                emb.row_f32(t as usize, &mut x[i * d..(i + 1) * d]);
-            }
+            self.embed_rows(tokens, s);
             // RoPE angles per row
             let half = cfg.rope_dim / 2;
             s.cs.resize(m * half, (0.0, 0.0));
@@ -316,15 +340,7 @@ impl Model {
                 ops::rope_angles(p0 + i, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
             }
 
-            let mut kv = Kv::One(&mut *cache);
-            for (li, ly) in self.layers.iter().enumerate() {
-                ly.forward(pool, g, cfg, &mut kv, li, m, s);
-                for (ti, tap) in taps.iter().enumerate() {
-                    if *tap == HiddenTap::Layer(li) {
-                        out.hidden[ti] = s.x[..m * d].to_vec();
-                    }
-                }
-            }
+            self.run_layers(pool, &mut Kv::One(&mut *cache), m, taps, s, out);
             cache.commit(m);
 
             // final norm: only for rows that need it
@@ -381,18 +397,7 @@ impl Model {
                 return Err(ModelError::BadConfig("forward_multi: a cache of another model".into()));
             }
         }
-        for &t in tokens {
-            if t as usize >= cfg.vocab {
-                return Err(ModelError::BadToken { id: t, vocab: cfg.vocab });
-            }
-        }
-        for tap in taps {
-            if let HiddenTap::Layer(l) = *tap {
-                if l >= cfg.n_layer {
-                    return Err(ModelError::BadTap { layer: l, n_layer: cfg.n_layer });
-                }
-            }
-        }
+        self.check_inputs(tokens, taps)?;
         out.rows = (0..m).collect();
         out.hidden.clear();
         out.hidden.resize(taps.len(), Vec::new());
@@ -404,25 +409,13 @@ impl Model {
         let d = cfg.d_model;
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
-            let x = resize(&mut s.x, m * d);
-            let emb = self.tok_embd.view(g);
-            for (i, &t) in tokens.iter().enumerate() {
-                emb.row_f32(t as usize, &mut x[i * d..(i + 1) * d]);
-            }
+            self.embed_rows(tokens, s);
             let half = cfg.rope_dim / 2;
             s.cs.resize(m * half, (0.0, 0.0));
             for (i, c) in caches.iter().enumerate() {
                 ops::rope_angles(c.len(), cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
             }
-            let mut kv = Kv::Many(&mut *caches);
-            for (li, ly) in self.layers.iter().enumerate() {
-                ly.forward(pool, g, cfg, &mut kv, li, m, s);
-                for (ti, tap) in taps.iter().enumerate() {
-                    if *tap == HiddenTap::Layer(li) {
-                        out.hidden[ti] = s.x[..m * d].to_vec();
-                    }
-                }
-            }
+            self.run_layers(pool, &mut Kv::Many(&mut *caches), m, taps, s, out);
             for c in caches.iter_mut() {
                 c.commit(1);
             }
