@@ -146,6 +146,18 @@ pub struct TrainMtpArgs {
     /// Temperature for the target-written prompts.
     #[arg(long, default_value_t = 1.0)]
     pub prompt_temp: f32,
+    /// Extra prompts built on text found on the machine: functions and
+    /// docstrings of the `.py` files under --text-dir, to explain, annotate,
+    /// translate, test, summarize or rewrite.
+    #[arg(long, default_value_t = 0, requires = "text_dir")]
+    pub text_prompts: usize,
+    /// Directory of Python sources for --text-prompts (meant for the standard
+    /// library, e.g. `python3 -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])"`).
+    #[arg(long, value_name = "DIR")]
+    pub text_dir: Option<PathBuf>,
+    /// Existing data files trained on together with --data (appended after it).
+    #[arg(long = "also-data", value_name = "FILE")]
+    pub also_data: Vec<PathBuf>,
     /// Answers the target decodes together while generating (one forward row
     /// each; the data is the same for any value).
     #[arg(long, default_value_t = 8)]

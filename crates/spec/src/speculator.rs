@@ -272,10 +272,11 @@ impl Speculator {
         self.stats.record_confidence(&self.draft.confidence, v.accepted);
         if self.cfg.log {
             eprintln!(
-                "spec cycle={} pos={base} drafted={proposed} cut={} verified={k} accepted={a} committed={}{conf_log} draft_ms={:.2} verify_ms={:.2}",
+                "spec cycle={} pos={base} drafted={proposed} cut={} verified={k} accepted={a} committed={}{conf_log} draft={:?} next={next} draft_ms={:.2} verify_ms={:.2}",
                 self.stats.cycles,
                 proposed - k,
                 a + 1,
+                self.draft.tokens,
                 draft_secs * 1e3,
                 verify_secs * 1e3
             );

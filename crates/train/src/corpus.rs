@@ -145,6 +145,138 @@ const REWRITE: &[&str] = &[
     "Extract all the places and people mentioned in this text: {text}", "Translate this text into simple English for a child: {text}",
 ];
 
+/// Tasks on a piece of code found on the machine (`{code}`; `{lang}` is
+/// another language).
+const CODE_ON_TEXT: &[&str] = &[
+    "Explain what this Python function does:\n\n{code}",
+    "Add type annotations to this code and say briefly why each one fits:\n\n{code}",
+    "Write a docstring for this function:\n\n{code}",
+    "What could go wrong in this code? Suggest a fix.\n\n{code}",
+    "Translate this Python code into {lang}:\n\n{code}",
+    "Write two unit tests for this function:\n\n{code}",
+    "Make this function shorter and easier to read, then list what you changed:\n\n{code}",
+    "Add helpful comments to this code:\n\n{code}",
+    "Review this code as a senior engineer would:\n\n{code}",
+    "{code}\n\nWhat does the code above return, and when?",
+];
+
+/// Tasks on a passage of prose found on the machine (`{text}`).
+const PROSE_ON_TEXT: &[&str] = &[
+    "Summarize this passage in two sentences:\n\n{text}",
+    "What is the main point of this text?\n\n{text}",
+    "Explain this to someone who has never programmed:\n\n{text}",
+    "Turn this into a short bulleted list:\n\n{text}",
+    "Rewrite this paragraph in plain language:\n\n{text}",
+    "Give this text a title and a one-line summary:\n\n{text}",
+    "{text}\n\nSummarize the text above for a busy reader.",
+    "Write three questions a student might ask after reading this:\n\n{text}",
+];
+
+/// Prompts built on text found on the machine: functions and docstrings
+/// from the `.py` files under `dir` (meant for the Python standard library,
+/// e.g. CPython 3.11.7's `lib/python3.11`), asked about with the tasks above.
+/// Deterministic for the directory's contents and the seed: files are read
+/// in sorted order and `site-packages`, caches and test suites are skipped,
+/// so installed packages do not change the prompts.
+pub fn text_prompts(dir: &std::path::Path, n: usize, seed: u64) -> std::io::Result<Vec<String>> {
+    let mut files = Vec::new();
+    collect_py(dir, &mut files)?;
+    files.sort();
+    let (mut code, mut prose) = (Vec::new(), Vec::new());
+    for f in &files {
+        let Ok(src) = std::fs::read_to_string(f) else { continue };
+        extract_functions(&src, &mut code);
+        extract_docstrings(&src, &mut prose);
+    }
+    if code.is_empty() || prose.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no Python functions or docstrings under {}", dir.display())));
+    }
+    let mut r = SplitMix::new(seed ^ 0x7465_7874_5F64_6972);
+    let mut out = Vec::with_capacity(n);
+    let mut seen = std::collections::HashSet::new();
+    let mut tries = 0;
+    while out.len() < n && tries < n * 20 {
+        tries += 1;
+        let p = if r.below(100) < 60 {
+            let t = *r.pick(CODE_ON_TEXT);
+            let lang = *r.pick(&LANGS[1..]);
+            let c: &String = r.pick(&code);
+            t.replace("{lang}", lang).replace("{code}", c)
+        } else {
+            let t = *r.pick(PROSE_ON_TEXT);
+            let x: &String = r.pick(&prose);
+            t.replace("{text}", x)
+        };
+        if seen.insert(p.clone()) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+fn collect_py(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().to_string();
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            if !matches!(name.as_str(), "site-packages" | "dist-packages" | "__pycache__" | "test" | "tests" | "idle_test") && !name.starts_with('.') {
+                collect_py(&path, out)?;
+            }
+        } else if ft.is_file() && name.ends_with(".py") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Top-level functions of 4–24 lines, without their docstrings removed.
+fn extract_functions(src: &str, out: &mut Vec<String>) {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].starts_with("def ") {
+            let mut j = i + 1;
+            while j < lines.len() && (lines[j].trim().is_empty() || lines[j].starts_with(' ') || lines[j].starts_with('\t')) {
+                j += 1;
+            }
+            let mut end = j;
+            while end > i && lines[end - 1].trim().is_empty() {
+                end -= 1;
+            }
+            let body = &lines[i..end];
+            if (4..=24).contains(&body.len()) && body.iter().all(|l| l.len() <= 100) {
+                out.push(body.join("\n"));
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Triple-quoted blocks of 200–1,000 characters that read as prose (mostly
+/// letters and spaces, no doctest examples).
+fn extract_docstrings(src: &str, out: &mut Vec<String>) {
+    let mut rest = src;
+    while let Some(a) = rest.find("\"\"\"") {
+        let after = &rest[a + 3..];
+        let Some(b) = after.find("\"\"\"") else { break };
+        let body = after[..b].trim();
+        rest = &after[b + 3..];
+        if !(200..=1000).contains(&body.len()) || body.contains(">>>") || body.contains('%') || body.contains("{") {
+            continue;
+        }
+        let text: Vec<&str> = body.split_whitespace().collect();
+        let text = text.join(" ");
+        let plain = text.chars().filter(|c| c.is_alphabetic() || *c == ' ' || matches!(c, '.' | ',' | '\'')).count();
+        if plain * 100 >= text.chars().count() * 92 {
+            out.push(text);
+        }
+    }
+}
+
 fn fill(t: &str, r: &mut SplitMix) -> String {
     let a = 10 + r.below(990);
     let b = 1 + r.below(a);
@@ -211,6 +343,23 @@ mod tests {
         assert_eq!(a.len(), 300);
         assert_ne!(a, prompts(300, 8));
         assert!(a.iter().all(|p| !p.contains('{')), "unfilled template");
+    }
+
+    #[test]
+    fn text_prompts_from_python_sources() {
+        let dir = std::env::temp_dir().join(format!("tandem-corpus-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("site-packages")).unwrap();
+        let module = "\"\"\"A small module that keeps a list of greetings and prints them in order, one line each, so that people who read the output can see who was greeted first and who was greeted last on a given day of the week.\"\"\"\n\ndef greet(names):\n    out = []\n    for n in names:\n        out.append('hello ' + n)\n    return out\n\ndef tiny():\n    pass\n";
+        std::fs::write(dir.join("a.py"), module).unwrap();
+        std::fs::write(dir.join("site-packages").join("b.py"), "def skipped(x):\n    y = x\n    z = y\n    return z\n").unwrap();
+        let a = text_prompts(&dir, 20, 3).unwrap();
+        assert_eq!(a, text_prompts(&dir, 20, 3).unwrap());
+        assert!(!a.is_empty());
+        assert!(a.iter().any(|p| p.contains("def greet(names):\n    out = []")), "{a:?}");
+        assert!(a.iter().any(|p| p.contains("keeps a list of greetings")), "{a:?}");
+        assert!(a.iter().all(|p| !p.contains("skipped") && !p.contains("def tiny") && !p.contains('{')));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(text_prompts(&dir, 5, 1).is_err());
     }
 
     /// The corpus must never contain a benchmark prompt.
