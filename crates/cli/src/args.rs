@@ -66,6 +66,10 @@ pub struct TrainDsparkArgs {
     /// Generated data cache (as `train mtp`; generated with its defaults when missing).
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Existing data files trained on together with --data (appended after
+    /// it; each gets its own feature cache).
+    #[arg(long = "also-data", value_name = "FILE")]
+    pub also_data: Vec<PathBuf>,
     /// Seed for the corpus, the split, initialisation and sampling of anchors.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -61,8 +61,10 @@ pub struct DSparkTrainConfig {
     /// Continue from this drafter file (its weights, configuration and
     /// draft vocabulary).
     pub init: Option<PathBuf>,
-    /// Where to cache the target features (None: recompute every run).
-    pub feature_cache: Option<PathBuf>,
+    /// Where to cache the target features: one file per part of the data
+    /// (consecutive sequences, e.g. one data file each); empty: recompute
+    /// every run.
+    pub feature_cache: Vec<FeatureCache>,
     /// The command line, recorded in the file.
     pub command: String,
 }
@@ -123,18 +125,25 @@ pub struct Features {
 
 const FEAT_MAGIC: &[u8; 8] = b"TDMFEAT1";
 
+/// The feature cache of `seqs` consecutive sequences of the data.
+#[derive(Debug, Clone)]
+pub struct FeatureCache {
+    pub seqs: usize,
+    pub path: PathBuf,
+}
+
 impl Features {
     /// One target pass per sequence (chunks of 256 positions).
-    pub fn compute(engine: &Engine, data: &Dataset, target_layers: &[usize]) -> Result<Features> {
+    pub fn compute(engine: &Engine, seqs: &[Sequence], target_layers: &[usize]) -> Result<Features> {
         let model = &engine.model;
         let d = model.cfg.d_model;
         let m = target_layers.len();
         let taps: Vec<HiddenTap> = target_layers.iter().map(|&l| HiddenTap::Layer(l - 1)).collect();
         let t0 = Instant::now();
         let mut out = ForwardOutput::default();
-        let mut rows = Vec::with_capacity(data.seqs.len());
+        let mut rows = Vec::with_capacity(seqs.len());
         let mut done = 0usize;
-        for (si, s) in data.seqs.iter().enumerate() {
+        for (si, s) in seqs.iter().enumerate() {
             let n = s.tokens.len();
             let mut cache = model.new_cache(n.max(1));
             let mut f = vec![f16::ZERO; n * m * d];
@@ -153,11 +162,11 @@ impl Features {
                 c0 = c1;
             }
             done += n;
-            if (si + 1) % 50 == 0 || si + 1 == data.seqs.len() {
+            if (si + 1) % 50 == 0 || si + 1 == seqs.len() {
                 eprintln!(
                     "features: {}/{} sequences, {done} positions, {:.0} s",
                     si + 1,
-                    data.seqs.len(),
+                    seqs.len(),
                     t0.elapsed().as_secs_f64()
                 );
             }
@@ -183,17 +192,17 @@ impl Features {
         Ok(())
     }
 
-    /// Load a cache; None when it does not fit `data` / `width`.
-    pub fn load(path: &Path, data: &Dataset, width: usize) -> Result<Option<Features>> {
+    /// Load a cache; None when it does not fit `seqs` / `width`.
+    pub fn load(path: &Path, seqs: &[Sequence], width: usize) -> Result<Option<Features>> {
         let mut r = BufReader::new(std::fs::File::open(path)?);
         let mut hdr = [0u8; 24];
         r.read_exact(&mut hdr)?;
         let u = |i: usize| u64::from_le_bytes(hdr[i..i + 8].try_into().unwrap()) as usize;
-        if &hdr[..8] != FEAT_MAGIC || u(8) != width || u(16) != data.seqs.len() {
+        if &hdr[..8] != FEAT_MAGIC || u(8) != width || u(16) != seqs.len() {
             return Ok(None);
         }
-        let mut rows = Vec::with_capacity(data.seqs.len());
-        for s in &data.seqs {
+        let mut rows = Vec::with_capacity(seqs.len());
+        for s in seqs {
             let mut b = [0u8; 8];
             r.read_exact(&mut b)?;
             let n = u64::from_le_bytes(b) as usize;
@@ -607,28 +616,35 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     // target features
     let tf = Instant::now();
     let width = cfg.feat_dim();
-    let cached = match &tc.feature_cache {
-        Some(p) if p.exists() => match Features::load(p, data, width) {
-            Ok(Some(f)) => {
-                eprintln!("reusing target features {}", p.display());
-                Some(f)
-            }
-            _ => None,
-        },
-        _ => None,
-    };
-    let feats = match cached {
-        Some(f) => f,
-        None => {
-            eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, data.seqs.len());
-            let f = Features::compute(engine, data, &cfg.target_layers)?;
-            if let Some(p) = &tc.feature_cache {
-                if let Err(e) = f.save(p) {
-                    eprintln!("could not cache features in {}: {e}", p.display());
-                }
-            }
-            f
+    let feats = if tc.feature_cache.is_empty() {
+        eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, data.seqs.len());
+        Features::compute(engine, &data.seqs, &cfg.target_layers)?
+    } else {
+        if tc.feature_cache.iter().map(|c| c.seqs).sum::<usize>() != data.seqs.len() {
+            bail!("the feature-cache parts do not add up to the {} sequences of the data", data.seqs.len());
         }
+        let mut all = Features { width, rows: Vec::with_capacity(data.seqs.len()) };
+        let mut off = 0;
+        for c in &tc.feature_cache {
+            let seqs = &data.seqs[off..off + c.seqs];
+            off += c.seqs;
+            let part = match Features::load(&c.path, seqs, width) {
+                Ok(Some(f)) => {
+                    eprintln!("reusing target features {}", c.path.display());
+                    f
+                }
+                _ => {
+                    eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, seqs.len());
+                    let f = Features::compute(engine, seqs, &cfg.target_layers)?;
+                    if let Err(e) = f.save(&c.path) {
+                        eprintln!("could not cache features in {}: {e}", c.path.display());
+                    }
+                    f
+                }
+            };
+            all.rows.extend(part.rows);
+        }
+        all
     };
     // a tap of the final residual is the hidden row the data file holds: check they agree
     if let (Some(s), Some(li)) = (data.seqs.first(), cfg.target_layers.iter().position(|&l| l == tcfg.n_layer)) {
