@@ -18,6 +18,11 @@
 /// Relative gain in expected tokens per second a longer draft must promise.
 pub const MIN_GAIN: f64 = 0.02;
 
+/// Confidence vectors of recent proposals kept to price proposing.
+const RECENT: usize = 64;
+/// Proposals seen before their confidences price the next ones.
+const MIN_RECENT: usize = 16;
+
 /// Settings.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -59,6 +64,10 @@ pub struct Scheduler {
     plain_streak: usize,
     /// The current proposal is a probe: verify it whatever the confidences say.
     probing: bool,
+    /// Raw confidences of the most recent proposals (drafters that give
+    /// them). Proposing is worth its cost when truncation by confidence would
+    /// pay on such drafts, even if the average acceptance alone would not.
+    recent: std::collections::VecDeque<Vec<f32>>,
 }
 
 impl Scheduler {
@@ -75,6 +84,7 @@ impl Scheduler {
             fixed_draft: false,
             plain_streak: 0,
             probing: false,
+            recent: std::collections::VecDeque::with_capacity(RECENT),
         }
     }
 
@@ -220,7 +230,9 @@ impl Scheduler {
             return offered;
         }
         let alpha = self.alpha.clone();
-        let k = if self.fixed_draft {
+        let k = if let Some(k) = self.gated_budget(offered) {
+            k
+        } else if self.fixed_draft {
             // one pass pays for the whole block, so the first draft token
             // alone may not pay while several do: take the best length
             // overall (the choice only uses past statistics, so it is lossless)
@@ -246,6 +258,55 @@ impl Scheduler {
             self.plain_streak = 0;
         }
         k
+    }
+
+    /// Remember the confidences of a proposal (before truncation).
+    pub fn observe_proposal(&mut self, confidence: &[f32]) {
+        if confidence.is_empty() {
+            return;
+        }
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(confidence.to_vec());
+    }
+
+    /// For drafters that give confidences: the proposal length with the best
+    /// expected rate when each proposal is then truncated by its (calibrated)
+    /// confidences, priced on the recent proposals; 0 when plain steps are
+    /// better. A drafter that is right half the time pays when it knows which
+    /// half, and the average acceptance cannot show that. None until enough
+    /// proposals were seen.
+    fn gated_budget(&self, offered: usize) -> Option<usize> {
+        let mut best: Option<(usize, f64)> = None;
+        for k in 1..=offered.min(self.alpha.len()) {
+            let Some(v) = self.gated_rate(k) else { break };
+            let b = best.get_or_insert((0, self.rate(0, &[], false)));
+            if v > b.1 * (1.0 + MIN_GAIN) {
+                *b = (k, v);
+            }
+        }
+        best.map(|b| b.0)
+    }
+
+    /// Committed tokens per second if `k` tokens are proposed and truncated
+    /// as [`Self::truncate`] would, averaged over the recent proposals at
+    /// least `k` long (total tokens over total time).
+    fn gated_rate(&self, k: usize) -> Option<f64> {
+        let (mut tokens, mut secs, mut n) = (0.0, 0.0, 0);
+        for v in self.recent.iter().filter(|v| v.len() >= k) {
+            let alpha: Vec<f64> = v[..k].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)).collect();
+            let j = self.best(k, &alpha, true);
+            let mut surv = 1.0;
+            tokens += 1.0;
+            for a in &alpha[..j] {
+                surv *= a;
+                tokens += surv;
+            }
+            secs += if self.fixed_draft { self.draft_cost } else { self.draft_cost * k as f64 } + self.verify_cost(j + 1);
+            n += 1;
+        }
+        (n >= MIN_RECENT && secs > 0.0).then(|| tokens / secs)
     }
 
     /// Final length once the draft is known, from its confidences (if any):
@@ -379,6 +440,35 @@ mod tests {
         }
         assert!((s.calibrated(0, 0.9) - 0.5).abs() < 0.05, "{}", s.calibrated(0, 0.9));
         assert_eq!(s.calibrated(5, 0.7), 0.7 as f32 as f64);
+    }
+
+    /// Half the drafts are sure and right, half unsure and wrong: the mean
+    /// acceptance (50%) does not pay for a 1.6× verify, gating on confidence does.
+    #[test]
+    fn confident_half_is_worth_proposing() {
+        let mut s = Scheduler::new(SchedulerConfig::default(), 4);
+        s.observe_verify(1, 1.0);
+        s.observe_verify(2, 1.6);
+        s.observe_draft(1, 0.02);
+        for i in 0..200 {
+            let (c, acc) = if i % 2 == 0 { (0.95f32, 1) } else { (0.05, 0) };
+            s.observe_acceptance(1, acc);
+            s.observe_confidence(&[c], acc);
+        }
+        // the average alone says plain
+        assert_eq!(s.best(1, &s.alpha.clone(), false), 0);
+        assert_eq!(s.budget(1), 0, "not enough proposals seen yet: the mean decides");
+        for i in 0..RECENT {
+            s.observe_proposal(&[if i % 2 == 0 { 0.95 } else { 0.05 }]);
+        }
+        assert_eq!(s.budget(1), 1);
+        assert_eq!(s.truncate(1, &[0.95]), 1);
+        assert_eq!(s.truncate(1, &[0.05]), 0);
+        // only unsure drafts lately: plain steps again
+        for _ in 0..RECENT {
+            s.observe_proposal(&[0.05]);
+        }
+        assert_eq!(s.budget(1), 0);
     }
 
     #[test]

@@ -202,6 +202,7 @@ impl Speculator {
             draft_secs = t0.elapsed().as_secs_f64();
             self.draft.truncate(budget);
             self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
+            self.sched.observe_proposal(&self.draft.confidence);
         }
         let proposed = self.draft.tokens.len();
         let k = self.sched.truncate(proposed, &self.draft.confidence);
