@@ -200,9 +200,10 @@ impl Speculator {
             let params = sampler.params.clone();
             self.drafter.propose(history, t, budget, &params, sampler.rng(), &mut self.draft)?;
             draft_secs = t0.elapsed().as_secs_f64();
+            // all the confidences a block drafter gave, before the budget cut
+            self.sched.observe_proposal(&self.draft.confidence);
             self.draft.truncate(budget);
             self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
-            self.sched.observe_proposal(&self.draft.confidence);
         }
         let proposed = self.draft.tokens.len();
         let k = self.sched.truncate(proposed, &self.draft.confidence);
