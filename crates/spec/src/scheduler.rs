@@ -18,6 +18,13 @@
 /// Relative gain in expected tokens per second a longer draft must promise.
 pub const MIN_GAIN: f64 = 0.02;
 
+/// Confidence bins of the calibration.
+const CONF_BINS: usize = 10;
+/// Decay of the bin counts per observation (an effective memory of ~200).
+const BIN_DECAY: f64 = 0.995;
+/// Pseudo-count pulling a bin towards the per-position ratio.
+const BIN_PRIOR: f64 = 8.0;
+
 /// Confidence vectors of recent proposals kept to price proposing.
 const RECENT: usize = 64;
 /// Proposals seen before their confidences price the next ones.
@@ -61,6 +68,12 @@ pub struct Scheduler {
     /// positions that were reached (all earlier drafts accepted).
     conf_pred: Vec<f64>,
     conf_obs: Vec<f64>,
+    /// Finer calibration per position and confidence tenth: decayed counts
+    /// of reached drafts and of accepted ones. A head's confidence can be too
+    /// high at the bottom and too low at the top at once, which one ratio per
+    /// position cannot express.
+    bin_n: Vec<[f64; CONF_BINS]>,
+    bin_hit: Vec<[f64; CONF_BINS]>,
     plain_streak: usize,
     /// The current proposal is a probe: verify it whatever the confidences say.
     probing: bool,
@@ -77,6 +90,8 @@ impl Scheduler {
             alpha: vec![cfg.prior; n],
             conf_pred: vec![0.0; n],
             conf_obs: vec![0.0; n],
+            bin_n: vec![[0.0; CONF_BINS]; n],
+            bin_hit: vec![[0.0; CONF_BINS]; n],
             cfg,
             verify_cost: vec![0.0; n + 1],
             measured: vec![false; n + 1],
@@ -154,6 +169,9 @@ impl Scheduler {
                 break;
             }
             let hit = if i < accepted { 1.0 } else { 0.0 };
+            let b = bin(c);
+            self.bin_n[i][b] = self.bin_n[i][b] * BIN_DECAY + 1.0;
+            self.bin_hit[i][b] = self.bin_hit[i][b] * BIN_DECAY + hit;
             if self.conf_pred[i] == 0.0 {
                 self.conf_pred[i] = c as f64;
                 self.conf_obs[i] = hit;
@@ -168,11 +186,20 @@ impl Scheduler {
     /// by observed / predicted acceptance there (1 until observed).
     pub fn calibrated(&self, i: usize, c: f32) -> f64 {
         let c = c.clamp(0.0, 1.0) as f64;
-        match (self.conf_pred.get(i), self.conf_obs.get(i)) {
+        let ratio = match (self.conf_pred.get(i), self.conf_obs.get(i)) {
             (Some(&p), Some(&o)) if p > 1e-3 => (c * (o + 0.01) / (p + 0.01)).clamp(0.0, 1.0),
             _ => c,
+        };
+        // the drafts seen at this confidence, shrunk towards the ratio
+        match (self.bin_n.get(i), self.bin_hit.get(i)) {
+            (Some(n), Some(h)) => {
+                let b = bin(c as f32);
+                (h[b] + BIN_PRIOR * ratio) / (n[b] + BIN_PRIOR)
+            }
+            _ => ratio,
         }
     }
+
 
     /// Cost of a forward of `w` positions: measured, else interpolated linearly
     /// from the nearest measured widths.
@@ -344,6 +371,10 @@ impl Scheduler {
     }
 }
 
+fn bin(c: f32) -> usize {
+    ((c.clamp(0.0, 1.0) * CONF_BINS as f32) as usize).min(CONF_BINS - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +500,18 @@ mod tests {
             s.observe_proposal(&[0.05]);
         }
         assert_eq!(s.budget(1), 0);
+    }
+
+    #[test]
+    fn calibration_per_confidence_bin() {
+        let mut s = sched();
+        for i in 0..400 {
+            // unsure drafts are worse than they say, sure ones better
+            s.observe_confidence(&[0.2], usize::from(i % 20 == 0));
+            s.observe_confidence(&[0.6], usize::from(i % 10 != 0));
+        }
+        assert!((s.calibrated(0, 0.2) - 0.05).abs() < 0.06, "{}", s.calibrated(0, 0.2));
+        assert!((s.calibrated(0, 0.6) - 0.9).abs() < 0.06, "{}", s.calibrated(0, 0.6));
     }
 
     #[test]
