@@ -28,7 +28,11 @@ const BIN_PRIOR: f64 = 8.0;
 /// Confidence vectors of recent proposals kept to price proposing.
 const RECENT: usize = 64;
 /// Proposals seen before their confidences price the next ones.
-const MIN_RECENT: usize = 16;
+const MIN_RECENT: usize = 32;
+/// While confidences say plain, keep proposing now and then (truncation
+/// still decides what is verified) at most this share of a plain step, so
+/// the confidences and their calibration stay current.
+const PROPOSE_OVERHEAD: f64 = 0.01;
 
 /// Settings.
 #[derive(Debug, Clone)]
@@ -81,6 +85,8 @@ pub struct Scheduler {
     /// them). Proposing is worth its cost when truncation by confidence would
     /// pay on such drafts, even if the average acceptance alone would not.
     recent: std::collections::VecDeque<Vec<f32>>,
+    /// Plain cycles since the last proposal, while confidences say plain.
+    gated_streak: usize,
 }
 
 impl Scheduler {
@@ -100,6 +106,7 @@ impl Scheduler {
             plain_streak: 0,
             probing: false,
             recent: std::collections::VecDeque::with_capacity(RECENT),
+            gated_streak: 0,
         }
     }
 
@@ -304,7 +311,14 @@ impl Scheduler {
     /// better. A drafter that is right half the time pays when it knows which
     /// half, and the average acceptance cannot show that. None until enough
     /// proposals were seen.
-    fn gated_budget(&self, offered: usize) -> Option<usize> {
+    fn gated_budget(&mut self, offered: usize) -> Option<usize> {
+        if !self.recent.is_empty() && self.recent.len() < MIN_RECENT {
+            // a drafter with confidences: propose and verify (like a probe)
+            // until there are enough proposals to price proposing and
+            // verified drafts to calibrate the confidences
+            self.probing = true;
+            return Some(offered);
+        }
         let mut best: Option<(usize, f64)> = None;
         for k in 1..=offered.min(self.alpha.len()) {
             let Some(v) = self.gated_rate(k) else { break };
@@ -313,7 +327,18 @@ impl Scheduler {
                 *b = (k, v);
             }
         }
-        best.map(|b| b.0)
+        let k = best.map(|b| b.0)?;
+        if k > 0 {
+            self.gated_streak = 0;
+            return Some(k);
+        }
+        self.gated_streak += 1;
+        let every = (self.draft_cost / (PROPOSE_OVERHEAD * self.verify_cost(1)).max(1e-12)).ceil().clamp(1.0, 1e6) as usize;
+        if self.gated_streak >= every {
+            self.gated_streak = 0;
+            return Some(offered);
+        }
+        Some(0)
     }
 
     /// Committed tokens per second if `k` tokens are proposed and truncated
@@ -488,7 +513,9 @@ mod tests {
         }
         // the average alone says plain
         assert_eq!(s.best(1, &s.alpha.clone(), false), 0);
-        assert_eq!(s.budget(1), 0, "not enough proposals seen yet: the mean decides");
+        assert_eq!(s.budget(1), 0, "no confidences seen yet: the mean decides");
+        s.observe_proposal(&[0.95]);
+        assert_eq!(s.budget(1), 1, "a few proposals are made to learn what confidences say");
         for i in 0..RECENT {
             s.observe_proposal(&[if i % 2 == 0 { 0.95 } else { 0.05 }]);
         }
@@ -500,6 +527,9 @@ mod tests {
             s.observe_proposal(&[0.05]);
         }
         assert_eq!(s.budget(1), 0);
+        // proposing now and then costs at most 1% of the plain steps
+        let proposed = (0..1000).filter(|_| s.budget(1) > 0).count();
+        assert!(proposed > 0 && proposed as f64 * 0.02 <= PROPOSE_OVERHEAD * 1000.0 * 1.0 + 1e-9, "{proposed}");
     }
 
     #[test]
