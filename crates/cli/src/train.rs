@@ -132,12 +132,12 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, 0, 160, 0.25, a.seed));
     let mut data = load_or_generate(&engine, &data_path, PromptSource { builtin: 448, target: 0, temp: 1.0, text: None }, 160, 0.25, a.seed, 8)?;
     let layers: Vec<String> = a.target_layers.iter().map(|l| l.to_string()).collect();
-    let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache { seqs, path: p.with_extension(format!("dspark-l{}.feats", layers.join("-"))) };
+    let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
+        seqs,
+        path: (!a.no_feature_cache).then(|| p.with_extension(format!("dspark-l{}.feats", layers.join("-")))),
+    };
     let mut feature_cache = vec![cache_of(&data_path, data.seqs.len())];
     append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;
-    if a.no_feature_cache {
-        feature_cache.clear();
-    }
     let cfg = tandem_train::dspark::DSparkTrainConfig {
         block_size: a.block_size,
         layers: a.layers,

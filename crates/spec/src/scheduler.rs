@@ -207,7 +207,6 @@ impl Scheduler {
         }
     }
 
-
     /// Cost of a forward of `w` positions: measured, else interpolated linearly
     /// from the nearest measured widths.
     pub fn verify_cost(&self, w: usize) -> f64 {
@@ -237,12 +236,7 @@ impl Scheduler {
     /// conditional acceptance probabilities. `sunk`: the draft has already
     /// been paid for (a block drafter's pass, when truncating).
     fn rate(&self, k: usize, alpha: &[f64], sunk: bool) -> f64 {
-        let mut e = 1.0;
-        let mut surv = 1.0;
-        for a in alpha.iter().take(k) {
-            surv *= a;
-            e += surv;
-        }
+        let e = expected_tokens(&alpha[..k.min(alpha.len())]);
         let draft = if self.fixed_draft {
             if k > 0 || sunk {
                 self.draft_cost
@@ -299,10 +293,11 @@ impl Scheduler {
         if confidence.is_empty() {
             return;
         }
-        if self.recent.len() == RECENT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(confidence.to_vec());
+        // reuse the oldest vector's buffer once the window is full
+        let mut v = if self.recent.len() == RECENT { self.recent.pop_front().unwrap_or_default() } else { Vec::new() };
+        v.clear();
+        v.extend_from_slice(confidence);
+        self.recent.push_back(v);
     }
 
     /// For drafters that give confidences: the proposal length with the best
@@ -346,15 +341,12 @@ impl Scheduler {
     /// least `k` long (total tokens over total time).
     fn gated_rate(&self, k: usize) -> Option<f64> {
         let (mut tokens, mut secs, mut n) = (0.0, 0.0, 0);
+        let mut alpha = Vec::with_capacity(k);
         for v in self.recent.iter().filter(|v| v.len() >= k) {
-            let alpha: Vec<f64> = v[..k].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)).collect();
+            alpha.clear();
+            alpha.extend(v[..k].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)));
             let j = self.best(k, &alpha, true);
-            let mut surv = 1.0;
-            tokens += 1.0;
-            for a in &alpha[..j] {
-                surv *= a;
-                tokens += surv;
-            }
+            tokens += expected_tokens(&alpha[..j]);
             secs += if self.fixed_draft { self.draft_cost } else { self.draft_cost * k as f64 } + self.verify_cost(j + 1);
             n += 1;
         }
@@ -394,6 +386,17 @@ impl Scheduler {
     pub fn alpha(&self) -> &[f64] {
         &self.alpha
     }
+}
+
+/// Expected committed tokens of a cycle whose drafts are accepted with the
+/// conditional probabilities `alpha`: 1 + Σ_j Π_{i≤j} α_i.
+fn expected_tokens(alpha: &[f64]) -> f64 {
+    let (mut e, mut surv) = (1.0, 1.0);
+    for a in alpha {
+        surv *= a;
+        e += surv;
+    }
+    e
 }
 
 fn bin(c: f32) -> usize {

@@ -2,9 +2,6 @@
 
 use std::time::Instant;
 
-/// Timed runs per width when profiling forward costs.
-const PROFILE_RUNS: usize = 2;
-
 use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 
@@ -13,6 +10,9 @@ use crate::sampling::Sampler;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::SpecStats;
 use crate::verify;
+
+/// Timed runs per width when profiling forward costs.
+const PROFILE_RUNS: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {

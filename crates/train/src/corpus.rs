@@ -231,7 +231,7 @@ fn collect_py(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::
     Ok(())
 }
 
-/// Top-level functions of 4–24 lines, without their docstrings removed.
+/// Top-level functions of 4–24 lines (docstrings included).
 fn extract_functions(src: &str, out: &mut Vec<String>) {
     let lines: Vec<&str> = src.lines().collect();
     let mut i = 0;

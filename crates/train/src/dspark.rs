@@ -61,9 +61,9 @@ pub struct DSparkTrainConfig {
     /// Continue from this drafter file (its weights, configuration and
     /// draft vocabulary).
     pub init: Option<PathBuf>,
-    /// Where to cache the target features: one file per part of the data
-    /// (consecutive sequences, e.g. one data file each); empty: recompute
-    /// every run.
+    /// The data in parts of consecutive sequences (e.g. one data file each),
+    /// each with the file its target features are cached in (None: computed
+    /// every run). Empty: the whole data, not cached.
     pub feature_cache: Vec<FeatureCache>,
     /// The command line, recorded in the file.
     pub command: String,
@@ -129,7 +129,7 @@ const FEAT_MAGIC: &[u8; 8] = b"TDMFEAT1";
 #[derive(Debug, Clone)]
 pub struct FeatureCache {
     pub seqs: usize,
-    pub path: PathBuf,
+    pub path: Option<PathBuf>,
 }
 
 impl Features {
@@ -616,36 +616,32 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     // target features
     let tf = Instant::now();
     let width = cfg.feat_dim();
-    let feats = if tc.feature_cache.is_empty() {
-        eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, data.seqs.len());
-        Features::compute(engine, &data.seqs, &cfg.target_layers)?
-    } else {
-        if tc.feature_cache.iter().map(|c| c.seqs).sum::<usize>() != data.seqs.len() {
-            bail!("the feature-cache parts do not add up to the {} sequences of the data", data.seqs.len());
-        }
-        let mut all = Features { width, rows: Vec::with_capacity(data.seqs.len()) };
-        let mut off = 0;
-        for c in &tc.feature_cache {
-            let seqs = &data.seqs[off..off + c.seqs];
-            off += c.seqs;
-            let part = match Features::load(&c.path, seqs, width) {
-                Ok(Some(f)) => {
-                    eprintln!("reusing target features {}", c.path.display());
-                    f
-                }
-                _ => {
-                    eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, seqs.len());
-                    let f = Features::compute(engine, seqs, &cfg.target_layers)?;
-                    if let Err(e) = f.save(&c.path) {
-                        eprintln!("could not cache features in {}: {e}", c.path.display());
+    let whole = [FeatureCache { seqs: data.seqs.len(), path: None }];
+    let parts = if tc.feature_cache.is_empty() { &whole[..] } else { &tc.feature_cache[..] };
+    if parts.iter().map(|c| c.seqs).sum::<usize>() != data.seqs.len() {
+        bail!("the feature-cache parts do not add up to the {} sequences of the data", data.seqs.len());
+    }
+    let mut feats = Features { width, rows: Vec::with_capacity(data.seqs.len()) };
+    let mut off = 0;
+    for c in parts {
+        let seqs = &data.seqs[off..off + c.seqs];
+        off += c.seqs;
+        let cached = c.path.as_ref().and_then(|p| Features::load(p, seqs, width).ok().flatten().inspect(|_| eprintln!("reusing target features {}", p.display())));
+        let part = match cached {
+            Some(f) => f,
+            None => {
+                eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, seqs.len());
+                let f = Features::compute(engine, seqs, &cfg.target_layers)?;
+                if let Some(p) = &c.path {
+                    if let Err(e) = f.save(p) {
+                        eprintln!("could not cache features in {}: {e}", p.display());
                     }
-                    f
                 }
-            };
-            all.rows.extend(part.rows);
-        }
-        all
-    };
+                f
+            }
+        };
+        feats.rows.extend(part.rows);
+    }
     // a tap of the final residual is the hidden row the data file holds: check they agree
     if let (Some(s), Some(li)) = (data.seqs.first(), cfg.target_layers.iter().position(|&l| l == tcfg.n_layer)) {
         let last = li * d;
