@@ -266,6 +266,8 @@ pub struct RunArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct SpecArgs {
     /// Speculate with n-gram prompt lookup over prompt and generated text.
+    /// With --mtp: the lookup proposes first wherever the text repeats and
+    /// its measured acceptance pays, the support model everywhere else.
     #[arg(long, help_heading = "Speculative decoding")]
     pub lookup: bool,
     /// Smallest n-gram the lookup matches.

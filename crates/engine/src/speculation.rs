@@ -7,7 +7,7 @@ use tandem_gguf::Gguf;
 use tandem_model::support::detect_kind;
 use tandem_model::{DSparkModel, MtpHead, SupportError, SupportKind, TargetId};
 use tandem_spec::{
-    DSparkDrafter, DSparkOptions, DraftModel, Drafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError,
+    DSparkDrafter, DSparkOptions, DraftModel, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError,
     Speculator,
 };
 
@@ -16,7 +16,8 @@ use crate::{Engine, EngineError};
 /// How to speculate.
 #[derive(Debug, Clone, Default)]
 pub struct SpecOptions {
-    /// n-gram prompt lookup with n-gram sizes min..=max.
+    /// n-gram prompt lookup with n-gram sizes min..=max (with `mtp`: in
+    /// front of the support model's drafter).
     pub lookup: Option<(usize, usize)>,
     /// A separate draft model with the target's vocabulary.
     pub draft_model: Option<PathBuf>,
@@ -49,6 +50,9 @@ pub struct SpecOptions {
     pub require: bool,
 }
 
+/// Default lookup proposal length.
+pub const LOOKUP_DEFAULT_DRAFT: usize = 10;
+
 /// Default chained MTP steps per cycle (the adaptive scheduler may use fewer).
 pub const MTP_DEFAULT_DRAFT: usize = 1;
 
@@ -61,9 +65,8 @@ impl SpecOptions {
 impl Engine {
     /// The speculator the options ask for, or None when speculation is off.
     pub fn speculator(&self, o: &SpecOptions, ctx: usize) -> Result<Option<Speculator>, EngineError> {
-        let chosen = [o.lookup.is_some(), o.draft_model.is_some(), o.mtp.is_some()].iter().filter(|&&b| b).count();
-        if chosen > 1 {
-            return Err(SpecError::BadOption("choose one drafter: --lookup, --draft-model or --mtp".into()).into());
+        if o.draft_model.is_some() && (o.lookup.is_some() || o.mtp.is_some()) {
+            return Err(SpecError::BadOption("--draft-model cannot be combined with --lookup or --mtp".into()).into());
         }
         if o.mtp.is_none() && (o.dspark || o.dspark_block_size.is_some() || o.dspark_confidence.is_some()) {
             return Err(SpecError::BadOption("--dspark options need a support file: --mtp FILE --dspark".into()).into());
@@ -72,6 +75,14 @@ impl Engine {
             return match self.support_drafter(path, o, ctx) {
                 Ok(None) => Ok(None),
                 Ok(Some(d)) => {
+                    let d = match o.lookup {
+                        // prompt lookup first, the support model where nothing repeats
+                        Some((lo, hi)) => {
+                            let k = o.max_draft.unwrap_or(LOOKUP_DEFAULT_DRAFT);
+                            Box::new(HybridDrafter::new(NgramDrafter::new(lo, hi, k)?, d))
+                        }
+                        None => d,
+                    };
                     let k = d.max_draft();
                     Ok(Some(Speculator::new(d, self.spec_config(o, k))?))
                 }
@@ -82,7 +93,7 @@ impl Engine {
                 Err(e) => Err(e),
             };
         }
-        let default_k = if o.lookup.is_some() { 10 } else { 6 };
+        let default_k = if o.lookup.is_some() { LOOKUP_DEFAULT_DRAFT } else { 6 };
         let k = o.max_draft.unwrap_or(default_k);
         if k == 0 || k > tandem_spec::MAX_DRAFT {
             return Err(SpecError::BadOption(format!("draft length {k} out of range 1..={}", tandem_spec::MAX_DRAFT)).into());
@@ -177,7 +188,8 @@ impl Engine {
             }
             return Ok(Some(Box::new(drafter)));
         }
-        let k = o.mtp_draft.or(o.max_draft).unwrap_or(MTP_DEFAULT_DRAFT);
+        // with --lookup in front, --draft-max is the lookup's length
+        let k = o.mtp_draft.or(o.max_draft.filter(|_| o.lookup.is_none())).unwrap_or(MTP_DEFAULT_DRAFT);
         if k == 0 || k > tandem_spec::MAX_DRAFT {
             return Err(SpecError::BadOption(format!("--mtp-draft {k} out of range 1..={}", tandem_spec::MAX_DRAFT)).into());
         }

@@ -1,8 +1,9 @@
 //! Speculative greedy decoding on the default model: every shared dev prompt
 //! gives output identical to plain decoding with `--lookup` and with
 //! `--draft-model <the target itself>` (whose drafts are then all accepted),
-//! with the committed MTP head (adaptive and with fixed chains of 3), and with
-//! the committed DSpark drafter (adaptive, and verifying every full block).
+//! with the committed MTP head (adaptive and with fixed chains of 3; alone and
+//! behind prompt lookup), and with the committed DSpark drafter (adaptive, and
+//! verifying every full block).
 
 mod common;
 
@@ -23,6 +24,9 @@ fn dev_prompts_identical_with_lookup_and_draft_model() {
     let mtp = |fixed| SpecOptions { mtp: Some(head.clone()), mtp_draft: Some(3), fixed_length: fixed, require: true, ..Default::default() };
     let mut mt = engine.speculator(&mtp(false), 2048).unwrap().unwrap();
     let mut mf = engine.speculator(&mtp(true), 2048).unwrap().unwrap();
+    let hybrid = |fixed| SpecOptions { lookup: Some((2, 8)), ..mtp(fixed) };
+    let mut ha = engine.speculator(&hybrid(false), 2048).unwrap().unwrap();
+    let mut hf = engine.speculator(&hybrid(true), 2048).unwrap().unwrap();
     let dspark = |fixed| SpecOptions { mtp: Some(common::dspark_path()), dspark: true, fixed_length: fixed, require: true, ..Default::default() };
     let mut da = engine.speculator(&dspark(false), 2048).unwrap().unwrap();
     let mut df = engine.speculator(&dspark(true), 2048).unwrap().unwrap();
@@ -52,6 +56,8 @@ fn dev_prompts_identical_with_lookup_and_draft_model() {
         assert_eq!(d, a, "{id}: the target drafting for itself must have every draft accepted");
         assert_eq!(run(Some(&mut mt)), plain, "{id}: MTP (adaptive) output differs from plain");
         assert_eq!(run(Some(&mut mf)), plain, "{id}: MTP (fixed 3) output differs from plain");
+        assert_eq!(run(Some(&mut ha)), plain, "{id}: lookup + MTP (adaptive) output differs from plain");
+        assert_eq!(run(Some(&mut hf)), plain, "{id}: lookup + MTP (fixed) output differs from plain");
         assert_eq!(run(Some(&mut da)), plain, "{id}: DSpark (adaptive) output differs from plain");
         assert_eq!(run(Some(&mut df)), plain, "{id}: DSpark (full blocks) output differs from plain");
     }
@@ -61,6 +67,8 @@ fn dev_prompts_identical_with_lookup_and_draft_model() {
     println!("self draft: {}", dm.stats.report());
     println!("mtp adaptive: {}", mt.stats.report());
     println!("mtp fixed 3: {}", mf.stats.report());
+    println!("lookup + mtp adaptive: {}", ha.stats.report());
+    println!("lookup + mtp fixed: {}", hf.stats.report());
     println!("dspark adaptive: {}", da.stats.report());
     println!("dspark full blocks: {}", df.stats.report());
 }

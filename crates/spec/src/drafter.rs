@@ -58,6 +58,16 @@ pub trait Drafter: Send {
         out: &mut Draft,
     ) -> Result<(), SpecError>;
 
+    /// A proposal that costs next to nothing (a lookup in front of a model
+    /// drafter), asked for every cycle before the scheduler picks a budget.
+    /// When it fills `out` (with confidences that are the drafter's own
+    /// measured acceptance per position), [`propose`](Drafter::propose) is
+    /// not called that cycle and the confidences alone decide how much is
+    /// verified. The choice to propose must depend on the history only.
+    fn propose_free(&mut self, _history: &[u32], _next: u32, _max: usize, _out: &mut Draft) -> Result<bool, SpecError> {
+        Ok(false)
+    }
+
     /// Of `proposed` tokens verified, the first `accepted` were accepted.
     fn feedback(&mut self, _proposed: usize, _accepted: usize) {}
 

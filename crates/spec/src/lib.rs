@@ -4,7 +4,8 @@
 //! *are* the rows plain decoding would compute: greedy output is bit-identical
 //! to plain greedy decoding and rollback is truncating the KV cache.
 //!
-//! - [`Drafter`]: what n-gram lookup, a draft model, MTP and DSpark implement.
+//! - [`Drafter`]: what n-gram lookup, a draft model, MTP and DSpark implement;
+//!   [`HybridDrafter`] puts lookup in front of one of the others.
 //! - [`verify`]: acceptance rules (greedy; distribution-exact sampling for
 //!   point-mass and distribution drafts; ds4's opportunistic mode).
 //! - [`Scheduler`]: picks the draft length that maximises expected committed
@@ -14,6 +15,7 @@
 pub mod draft_model;
 pub mod drafter;
 pub mod dspark;
+pub mod hybrid;
 pub mod mtp;
 pub mod ngram;
 pub mod sampling;
@@ -25,6 +27,7 @@ pub mod verify;
 pub use draft_model::DraftModel;
 pub use drafter::{Draft, Drafter};
 pub use dspark::{DSparkDrafter, DSparkOptions};
+pub use hybrid::HybridDrafter;
 pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
 pub use scheduler::{Scheduler, SchedulerConfig};

@@ -16,6 +16,8 @@ pub struct NgramDrafter {
     /// For each n (index n - min_n): n-gram hash → end position (exclusive) of
     /// its latest occurrence within `seq`.
     maps: Vec<HashMap<u64, usize>>,
+    /// Length of the n-gram behind the last proposal (0: none).
+    matched: usize,
 }
 
 fn hash(t: &[u32]) -> u64 {
@@ -35,7 +37,17 @@ impl NgramDrafter {
         if max_draft == 0 || max_draft > crate::MAX_DRAFT {
             return Err(SpecError::BadOption(format!("lookup draft length {max_draft}: need 1..={}", crate::MAX_DRAFT)));
         }
-        Ok(NgramDrafter { min_n, max_n, max_draft, seq: Vec::new(), maps: vec![HashMap::new(); max_n - min_n + 1] })
+        Ok(NgramDrafter { min_n, max_n, max_draft, seq: Vec::new(), maps: vec![HashMap::new(); max_n - min_n + 1], matched: 0 })
+    }
+
+    /// Smallest and largest n-gram matched.
+    pub fn ngram_range(&self) -> (usize, usize) {
+        (self.min_n, self.max_n)
+    }
+
+    /// Length of the n-gram behind the last proposal (0: it proposed nothing).
+    pub fn matched(&self) -> usize {
+        self.matched
     }
 
     fn index_from(&mut self, start: usize) {
@@ -84,6 +96,7 @@ impl Drafter for NgramDrafter {
         out: &mut Draft,
     ) -> Result<(), SpecError> {
         out.clear();
+        self.matched = 0;
         if self.seq.as_slice() != history {
             self.sync(history)?;
         }
@@ -109,6 +122,7 @@ impl Drafter for NgramDrafter {
                     i += 1;
                 }
                 if !out.tokens.is_empty() {
+                    self.matched = n;
                     return Ok(());
                 }
             }

@@ -233,20 +233,30 @@ impl Scheduler {
     }
 
     /// Expected committed tokens per second with k drafts and the given
-    /// conditional acceptance probabilities. `sunk`: the draft has already
-    /// been paid for (a block drafter's pass, when truncating).
-    fn rate(&self, k: usize, alpha: &[f64], sunk: bool) -> f64 {
+    /// conditional acceptance probabilities.
+    fn rate(&self, k: usize, alpha: &[f64], cost: DraftCost) -> f64 {
         let e = expected_tokens(&alpha[..k.min(alpha.len())]);
-        let draft = if self.fixed_draft {
-            if k > 0 || sunk {
-                self.draft_cost
-            } else {
-                0.0
+        let draft = match cost {
+            DraftCost::Ahead if self.fixed_draft => {
+                if k > 0 {
+                    self.draft_cost
+                } else {
+                    0.0
+                }
             }
-        } else {
-            self.draft_cost * k as f64
+            DraftCost::Ahead => self.draft_cost * k as f64,
+            DraftCost::Sunk(secs) => secs,
         };
         e / (draft + self.verify_cost(k + 1))
+    }
+
+    /// The estimated cost of a proposal of `drafted` tokens once made.
+    fn sunk_secs(&self, drafted: usize) -> f64 {
+        if self.fixed_draft {
+            self.draft_cost
+        } else {
+            self.draft_cost * drafted as f64
+        }
     }
 
     /// How many tokens to ask the drafter for (before any are drafted).
@@ -264,16 +274,16 @@ impl Scheduler {
             // one pass pays for the whole block, so the first draft token
             // alone may not pay while several do: take the best length
             // overall (the choice only uses past statistics, so it is lossless)
-            let mut best = (0, self.rate(0, &alpha, false));
+            let mut best = (0, self.rate(0, &alpha, DraftCost::Ahead));
             for k in 1..=offered.min(alpha.len()) {
-                let r = self.rate(k, &alpha, false);
+                let r = self.rate(k, &alpha, DraftCost::Ahead);
                 if r > best.1 * (1.0 + MIN_GAIN) {
                     best = (k, r);
                 }
             }
             best.0
         } else {
-            self.best(offered, &alpha, false)
+            self.best(offered, &alpha, DraftCost::Ahead)
         };
         if k == 0 {
             self.plain_streak += 1;
@@ -317,7 +327,7 @@ impl Scheduler {
         let mut best: Option<(usize, f64)> = None;
         for k in 1..=offered.min(self.alpha.len()) {
             let Some(v) = self.gated_rate(k) else { break };
-            let b = best.get_or_insert((0, self.rate(0, &[], false)));
+            let b = best.get_or_insert((0, self.rate(0, &[], DraftCost::Ahead)));
             if v > b.1 * (1.0 + MIN_GAIN) {
                 *b = (k, v);
             }
@@ -336,21 +346,25 @@ impl Scheduler {
         Some(0)
     }
 
-    /// Committed tokens per second if `k` tokens are proposed and truncated
-    /// as [`Self::truncate`] would, averaged over the recent proposals at
-    /// least `k` long (total tokens over total time).
+    /// Committed tokens per second if up to `k` tokens are asked for and
+    /// truncated as [`Self::truncate`] would, averaged over the recent
+    /// proposals (total tokens over total time). A proposal shorter than `k`
+    /// counts as it was: a drafter that stops early (a margin, no n-gram
+    /// match, a one-step head behind a lookup) drafts no more when asked for
+    /// more.
     fn gated_rate(&self, k: usize) -> Option<f64> {
-        let (mut tokens, mut secs, mut n) = (0.0, 0.0, 0);
+        let (mut tokens, mut secs) = (0.0, 0.0);
         let mut alpha = Vec::with_capacity(k);
-        for v in self.recent.iter().filter(|v| v.len() >= k) {
+        for v in &self.recent {
+            let kk = k.min(v.len());
             alpha.clear();
-            alpha.extend(v[..k].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)));
-            let j = self.best(k, &alpha, true);
+            alpha.extend(v[..kk].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)));
+            let sunk = self.sunk_secs(kk);
+            let j = self.best(kk, &alpha, DraftCost::Sunk(sunk));
             tokens += expected_tokens(&alpha[..j]);
-            secs += if self.fixed_draft { self.draft_cost } else { self.draft_cost * k as f64 } + self.verify_cost(j + 1);
-            n += 1;
+            secs += sunk + self.verify_cost(j + 1);
         }
-        (n >= MIN_RECENT && secs > 0.0).then(|| tokens / secs)
+        (self.recent.len() >= MIN_RECENT && secs > 0.0).then(|| tokens / secs)
     }
 
     /// Final length once the draft is known, from its confidences (if any):
@@ -363,17 +377,29 @@ impl Scheduler {
             return drafted;
         }
         let alpha: Vec<f64> = confidence.iter().take(drafted).enumerate().map(|(i, &c)| self.calibrated(i, c)).collect();
-        self.best(drafted, &alpha, true)
+        self.best(drafted, &alpha, DraftCost::Sunk(self.sunk_secs(drafted)))
+    }
+
+    /// Length to verify of a free proposal (see
+    /// [`Drafter::propose_free`](crate::Drafter::propose_free)), whose
+    /// confidences are the drafter's own measured acceptance: they are used
+    /// as they are, and the proposal cost nothing.
+    pub fn truncate_free(&self, drafted: usize, confidence: &[f32]) -> usize {
+        if !self.cfg.adaptive || confidence.is_empty() {
+            return drafted;
+        }
+        let alpha: Vec<f64> = confidence.iter().take(drafted).map(|&c| c.clamp(0.0, 1.0) as f64).collect();
+        self.best(drafted, &alpha, DraftCost::Sunk(0.0))
     }
 
     /// Greedy scan: extend k while the rate improves by more than
     /// [`MIN_GAIN`] (stops at the first non-improvement, which keeps the choice
     /// lossless; the margin keeps timing noise from buying useless drafts).
-    fn best(&self, max: usize, alpha: &[f64], sunk: bool) -> usize {
+    fn best(&self, max: usize, alpha: &[f64], cost: DraftCost) -> usize {
         let mut k = 0;
-        let mut r = self.rate(0, alpha, sunk);
+        let mut r = self.rate(0, alpha, cost);
         while k < max.min(alpha.len()) {
-            let r2 = self.rate(k + 1, alpha, sunk);
+            let r2 = self.rate(k + 1, alpha, cost);
             if r2 <= r * (1.0 + MIN_GAIN) {
                 break;
             }
@@ -386,6 +412,16 @@ impl Scheduler {
     pub fn alpha(&self) -> &[f64] {
         &self.alpha
     }
+}
+
+/// What the draft costs when rates are compared.
+#[derive(Debug, Clone, Copy)]
+enum DraftCost {
+    /// Not drafted yet: k tokens cost k drafts (a block drafter: one pass
+    /// for any k > 0), none for k = 0.
+    Ahead,
+    /// Already drafted: these seconds, whatever length is verified.
+    Sunk(f64),
 }
 
 /// Expected committed tokens of a cycle whose drafts are accepted with the
@@ -515,7 +551,7 @@ mod tests {
             s.observe_confidence(&[c], acc);
         }
         // the average alone says plain
-        assert_eq!(s.best(1, &s.alpha.clone(), false), 0);
+        assert_eq!(s.best(1, &s.alpha.clone(), DraftCost::Ahead), 0);
         assert_eq!(s.budget(1), 0, "no confidences seen yet: the mean decides");
         s.observe_proposal(&[0.95]);
         assert_eq!(s.budget(1), 1, "a few proposals are made to learn what confidences say");
@@ -533,6 +569,21 @@ mod tests {
         // proposing now and then costs at most 1% of the plain steps
         let proposed = (0..1000).filter(|_| s.budget(1) > 0).count();
         assert!(proposed > 0 && proposed as f64 * 0.02 <= PROPOSE_OVERHEAD * 1000.0 * 1.0 + 1e-9, "{proposed}");
+    }
+
+    #[test]
+    fn free_proposals_are_cut_by_their_own_confidences() {
+        let s = sched();
+        // verify costs 1 + 0.25 per extra row: a free draft pays above 25%
+        assert_eq!(s.truncate_free(4, &[0.95, 0.95, 0.95, 0.1]), 3);
+        assert_eq!(s.truncate_free(2, &[0.05, 0.9]), 0);
+        // not recalibrated: the same confidences with a pessimistic calibration
+        let mut c = sched();
+        for _ in 0..200 {
+            c.observe_confidence(&[0.95], 0);
+        }
+        assert!(c.calibrated(0, 0.95) < 0.2);
+        assert_eq!(c.truncate_free(1, &[0.95]), 1);
     }
 
     #[test]

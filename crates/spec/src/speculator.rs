@@ -192,9 +192,24 @@ impl Speculator {
             self.stats.plain_step_secs = self.sched.verify_cost(1);
         }
         let room = (remaining - 1).min(cache.ctx() - cache.len() - 1).min(self.cfg.max_draft).min(self.drafter.max_draft());
-        let budget = self.sched.budget(room);
         self.draft.clear();
         let mut draft_secs = 0.0;
+        let t0 = Instant::now();
+        // a free proposal (lookup) that is worth verifying replaces the
+        // drafter's own; one that is not leaves the cycle to the drafter
+        let mut free_k = None;
+        if self.drafter.propose_free(history, t, room, &mut self.draft)? {
+            self.draft.truncate(room);
+            match self.sched.truncate_free(self.draft.tokens.len(), &self.draft.confidence) {
+                0 => self.draft.clear(),
+                k => {
+                    free_k = Some(k);
+                    draft_secs = t0.elapsed().as_secs_f64();
+                }
+            }
+        }
+        let free = free_k.is_some();
+        let budget = if free { 0 } else { self.sched.budget(room) };
         if budget > 0 {
             let t0 = Instant::now();
             let params = sampler.params.clone();
@@ -206,14 +221,17 @@ impl Speculator {
             self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
         }
         let proposed = self.draft.tokens.len();
-        let k = self.sched.truncate(proposed, &self.draft.confidence);
+        let k = match free_k {
+            Some(k) => k,
+            None => self.sched.truncate(proposed, &self.draft.confidence),
+        };
         let conf_log = if self.cfg.log && !self.draft.confidence.is_empty() {
             let c: Vec<String> = self.draft.confidence.iter().map(|c| format!("{c:.2}")).collect();
             format!(" conf=[{}]", c.join(","))
         } else {
             String::new()
         };
-        if k < proposed && !self.draft.confidence.is_empty() {
+        if k < proposed && !free && !self.draft.confidence.is_empty() {
             self.sched.observe_unverified(k, &self.draft.confidence);
         }
         self.draft.truncate(k);
@@ -266,7 +284,9 @@ impl Speculator {
         // statistics count what verification accepted (an accepted end token
         // included), even when the commit stops at that end token
         self.drafter.feedback(k, v.accepted);
-        if k > 0 {
+        // the scheduler's estimates describe the drafter it prices; a free
+        // proposal's confidences are already measured acceptance
+        if k > 0 && !free {
             self.sched.observe_acceptance(k, v.accepted);
             self.sched.observe_confidence(&self.draft.confidence, v.accepted);
         }
@@ -274,8 +294,9 @@ impl Speculator {
         self.stats.record_confidence(&self.draft.confidence, v.accepted);
         if self.cfg.log {
             eprintln!(
-                "spec cycle={} pos={base} drafted={proposed} cut={} verified={k} accepted={a} committed={}{conf_log} draft={:?} next={next} draft_ms={:.2} verify_ms={:.2}",
+                "spec cycle={} pos={base}{} drafted={proposed} cut={} verified={k} accepted={a} committed={}{conf_log} draft={:?} next={next} draft_ms={:.2} verify_ms={:.2}",
                 self.stats.cycles,
+                if free { " free" } else { "" },
                 proposed - k,
                 a + 1,
                 self.draft.tokens,

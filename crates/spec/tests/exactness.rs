@@ -13,7 +13,7 @@ use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
 use tandem_spec::drafter::{Draft, Drafter};
 use tandem_spec::sampling::{Rng, Sampler, SamplerParams};
-use tandem_spec::{DraftModel, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
+use tandem_spec::{DraftModel, HybridDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
 fn model(seed: u64, ty: GgmlType, n_layer: usize) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty, n_layer, ..Default::default() };
@@ -99,6 +99,11 @@ proptest! {
             // n-gram lookup
             let mut sp = Speculator::new(Box::new(NgramDrafter::new(1, 4, k).unwrap()), cfg(k, adaptive)).unwrap();
             prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "lookup k={}", k);
+            // n-gram lookup in front of the corrupted oracle
+            let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed ^ 1), corrupt, k };
+            let hybrid = HybridDrafter::new(NgramDrafter::new(1, 4, k).unwrap(), Box::new(oracle));
+            let mut sp = Speculator::new(Box::new(hybrid), cfg(k, adaptive)).unwrap();
+            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "lookup before oracle k={}", k);
             // a different model of the same vocabulary as draft model
             let dm = DraftModel::new(model(seed + 1, ty, 1), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
             let mut sp = Speculator::new(Box::new(dm), cfg(k, adaptive)).unwrap();

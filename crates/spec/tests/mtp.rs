@@ -1,7 +1,7 @@
 //! The MTP drafter on small random models: greedy speculative output equals
 //! plain greedy decoding for any chain depth, margin, draft vocabulary,
-//! scheduling mode and thread count, and the head's cache follows the
-//! target's rollbacks.
+//! scheduling mode and thread count, with or without prompt lookup in front,
+//! and the head's cache follows the target's rollbacks.
 
 mod common;
 
@@ -13,7 +13,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::mtp::MtpWeights;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{Model, MtpHead, TargetId};
-use tandem_spec::{MtpDrafter, SchedulerConfig, SpecConfig, Speculator};
+use tandem_spec::{HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() };
@@ -49,6 +49,16 @@ proptest! {
         if !adaptive && margin == 0.0 {
             prop_assert!(sp.stats.drafted > 0, "fixed mode drafts");
         }
+        // prompt lookup in front of the head, on a prompt that repeats so
+        // both sources propose; the head's cache must follow cycles in which
+        // it was not asked
+        let rep: Vec<u32> = prompt.iter().chain(&prompt[..6]).chain(&prompt[3..9]).copied().collect();
+        let want = common::plain(&m, &pool, &rep, 40);
+        let drafter = MtpDrafter::new(head(&m, seed, reduced), pool.clone(), 512, k.min(2), margin).unwrap();
+        let hybrid = HybridDrafter::new(NgramDrafter::new(2, 4, k).unwrap(), Box::new(drafter));
+        let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
+        let mut sp = Speculator::new(Box::new(hybrid), cfg).unwrap();
+        prop_assert_eq!(common::speculative(&m, &pool, &rep, 40, &mut sp), want, "lookup before mtp");
     }
 }
 
