@@ -380,6 +380,28 @@ impl Scheduler {
         self.best(drafted, &alpha, DraftCost::Sunk(self.sunk_secs(drafted)))
     }
 
+    /// Whether verifying `k` tokens of a free proposal beats what the cycle
+    /// would otherwise expect: a plain step, or the drafter's proposals as
+    /// recently priced. A lookup that is right half the time is worth
+    /// verifying against a plain step, but not in place of a head that is
+    /// right more often there.
+    pub fn free_beats_drafter(&self, k: usize, confidence: &[f32], offered: usize) -> bool {
+        if !self.cfg.adaptive {
+            return true;
+        }
+        let alpha: Vec<f64> = confidence.iter().take(k).map(|&c| c.clamp(0.0, 1.0) as f64).collect();
+        let free = self.rate(k, &alpha, DraftCost::Sunk(0.0));
+        let mut other = self.rate(0, &[], DraftCost::Ahead);
+        for j in 1..=offered.min(self.alpha.len()) {
+            let r = if self.recent.is_empty() { Some(self.rate(j, &self.alpha, DraftCost::Ahead)) } else { self.gated_rate(j) };
+            match r {
+                Some(r) => other = other.max(r),
+                None => break,
+            }
+        }
+        free > other
+    }
+
     /// Length to verify of a free proposal (see
     /// [`Drafter::propose_free`](crate::Drafter::propose_free)), whose
     /// confidences are the drafter's own measured acceptance: they are used
@@ -584,6 +606,19 @@ mod tests {
         }
         assert!(c.calibrated(0, 0.95) < 0.2);
         assert_eq!(c.truncate_free(1, &[0.95]), 1);
+        // against a drafter known only by its prior (50%) a 60% free draft
+        // pays; against one whose recent proposals were confident and right,
+        // a 40% one does not
+        assert!(c.free_beats_drafter(1, &[0.6], 8));
+        assert!(!c.free_beats_drafter(1, &[0.4], 8));
+        let mut h = sched();
+        for _ in 0..64 {
+            h.observe_confidence(&[0.9], 1);
+            h.observe_proposal(&[0.9]);
+        }
+        h.observe_draft(1, 0.0005);
+        assert!(!h.free_beats_drafter(1, &[0.4], 8));
+        assert!(h.free_beats_drafter(3, &[0.99, 0.99, 0.99], 8));
     }
 
     #[test]

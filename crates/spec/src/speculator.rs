@@ -201,11 +201,11 @@ impl Speculator {
         if self.drafter.propose_free(history, t, room, &mut self.draft)? {
             self.draft.truncate(room);
             match self.sched.truncate_free(self.draft.tokens.len(), &self.draft.confidence) {
-                0 => self.draft.clear(),
-                k => {
+                k if k > 0 && self.sched.free_beats_drafter(k, &self.draft.confidence, room) => {
                     free_k = Some(k);
                     draft_secs = t0.elapsed().as_secs_f64();
                 }
+                _ => self.draft.clear(),
             }
         }
         let free = free_k.is_some();
