@@ -116,6 +116,7 @@ fn bad_speculative_options_give_clear_errors() {
         (vec!["--lookup", "--lookup-ngram-min", "3", "--lookup-ngram-max", "2"], "n-gram sizes"),
         (vec!["--draft-model", "/nonexistent/draft.gguf"], "draft model not found"),
         (vec!["--draft-model", other.to_str().unwrap()], "vocabulary"),
+        (vec!["--lookup", "--draft-model", other.to_str().unwrap()], "cannot be combined"),
     ];
     for (extra, want) in cases {
         let mut args = vec!["-p", "hi", "-n", "4", "--temp", "0"];

@@ -92,6 +92,12 @@ fn server_greedy_output_matches_the_cli_with_lookup() {
 }
 
 #[test]
+fn server_greedy_output_matches_the_cli_with_lookup_before_mtp() {
+    let head = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/support/smollm2-135m-instruct-mtp.gguf");
+    check_identical(&["--mtp", head, "--lookup", "--spec-require"]);
+}
+
+#[test]
 fn sigterm_shuts_down_cleanly() {
     let mut s = Server::start(&["--shutdown-timeout", "1"]);
     let pid = s.child.id().to_string();
