@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Plain vs MTP vs DSpark (alone and behind prompt lookup) on the shared dev prompts, back to back in one
+# Plain vs MTP vs DSpark on the shared dev prompts, back to back in one
 # session (each run interleaves its own plain baseline per prompt).
 # Usage: scripts/bench-drafters.sh [OUT_DIR] [N_PREDICT] [THREADS]
 set -euo pipefail
@@ -19,14 +19,8 @@ run() {
 }
 mkdir -p "$out"
 run mtp-adaptive --mtp "$mtp"
-run lookup-mtp --mtp "$mtp" --lookup
-run lookup-mtp-2-8 --mtp "$mtp" --lookup --lookup-ngram-min 2 --lookup-ngram-max 8
-run lookup --lookup
 run mtp-fixed1 --mtp "$mtp" --spec-fixed --mtp-draft 1
 run dspark-adaptive --mtp "$dspark" --dspark
 run dspark-fixed --mtp "$dspark" --dspark --spec-fixed
 run dspark-fixed2 --mtp "$dspark" --dspark --spec-fixed --dspark-block-size 2
 run dspark-conf05 --mtp "$dspark" --dspark --spec-fixed --dspark-confidence 0.5
-run lookup-dspark --mtp "$dspark" --dspark --lookup --lookup-ngram-min 2 --lookup-ngram-max 8
-run lookup-mtp-2-8-again --mtp "$mtp" --lookup --lookup-ngram-min 2 --lookup-ngram-max 8
-run mtp-adaptive-again --mtp "$mtp"
