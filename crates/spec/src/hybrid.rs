@@ -22,7 +22,9 @@ use crate::ngram::NgramDrafter;
 use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
 
-/// Decay of the lookup's counts per verified proposal.
+/// Decay of the lookup's counts per lookup proposal, verified or declined:
+/// the estimate of a match length the scheduler keeps declining drifts back
+/// towards the prior, so it gets verified (re-tested) again now and then.
 const DECAY: f64 = 0.98;
 /// Pseudo-count of the prior: a coin flip at the first position, and the
 /// estimate of the position before at the others (a lookup that got this far
