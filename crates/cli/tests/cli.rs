@@ -150,7 +150,8 @@ fn verify_spec_reports_no_divergence() {
 }
 
 /// An unusable `--mtp` file is reported on stderr and decoding goes on plain
-/// (same output); `--spec-require` turns it into an error.
+/// (with `--lookup`: lookup alone; same output); `--spec-require` turns it
+/// into an error.
 #[test]
 fn bad_mtp_file_falls_back_to_plain_decoding() {
     let dir = std::env::temp_dir().join(format!("tandem-cli-mtp-{}", std::process::id()));
@@ -164,6 +165,12 @@ fn bad_mtp_file_falls_back_to_plain_decoding() {
     let (out, err) = run_ok(&args);
     assert_eq!(out, plain);
     assert!(err.contains("cannot read support file") && err.contains("continuing with plain decoding"), "{err}");
+    // a lookup meant to go in front of the file's drafter goes on alone
+    let mut with_lookup = args.clone();
+    with_lookup.push("--lookup");
+    let (out, err) = run_ok(&with_lookup);
+    assert_eq!(out, plain);
+    assert!(err.contains("continuing with prompt lookup alone"), "{err}");
     args.push("--spec-require");
     let o = tandem().args(&args).output().unwrap();
     assert!(!o.status.success());

@@ -86,10 +86,18 @@ impl Engine {
                     let k = d.max_draft();
                     Ok(Some(Speculator::new(d, self.spec_config(o, k))?))
                 }
-                Err(e) if !o.require && matches!(e, EngineError::Support(_)) => {
-                    tracing::warn!("{e}; continuing with plain decoding (--spec-require makes this an error)");
-                    Ok(None)
-                }
+                Err(e) if !o.require && matches!(e, EngineError::Support(_)) => match o.lookup {
+                    // the lookup that was to go in front still works alone
+                    Some((lo, hi)) => {
+                        tracing::warn!("{e}; continuing with prompt lookup alone (--spec-require makes this an error)");
+                        let k = o.max_draft.unwrap_or(LOOKUP_DEFAULT_DRAFT);
+                        Ok(Some(Speculator::new(Box::new(NgramDrafter::new(lo, hi, k)?), self.spec_config(o, k))?))
+                    }
+                    None => {
+                        tracing::warn!("{e}; continuing with plain decoding (--spec-require makes this an error)");
+                        Ok(None)
+                    }
+                },
                 Err(e) => Err(e),
             };
         }

@@ -59,11 +59,14 @@ pub trait Drafter: Send {
     ) -> Result<(), SpecError>;
 
     /// A proposal that costs next to nothing (a lookup in front of a model
-    /// drafter), asked for every cycle before the scheduler picks a budget.
-    /// When it fills `out` (with confidences that are the drafter's own
-    /// measured acceptance per position), [`propose`](Drafter::propose) is
-    /// not called that cycle and the confidences alone decide how much is
-    /// verified. The choice to propose must depend on the history only.
+    /// drafter), asked for every cycle before the scheduler picks a budget,
+    /// with confidences that are the drafter's own measured acceptance per
+    /// position. The speculator verifies it (as much as those confidences
+    /// pay for) instead of calling [`propose`](Drafter::propose) when it
+    /// beats the rate the scheduler expects from `propose`, or when the
+    /// scheduler would not call `propose` this cycle; otherwise it is
+    /// dropped and `propose` may follow. The choice to propose must depend
+    /// on the history only.
     fn propose_free(&mut self, _history: &[u32], _next: u32, _max: usize, _out: &mut Draft) -> Result<bool, SpecError> {
         Ok(false)
     }

@@ -6,7 +6,8 @@
 //! many tokens at once, and is right almost exactly where the context
 //! repeats. So each cycle the lookup gets the first word, as a free
 //! proposal ([`Drafter::propose_free`]): when the last `min_n` or more tokens
-//! occurred before, its continuation is the proposal; otherwise the
+//! occurred before, its continuation is offered, and the speculator takes it
+//! where it beats what the model drafter is expected to give; otherwise the
 //! scheduler decides whether the model drafter proposes, as it would alone.
 //! Which source proposes depends only on the committed history, never on
 //! drafted tokens or random draws, so truncation stays lossless.
@@ -116,6 +117,8 @@ impl Drafter for HybridDrafter {
             return Ok(false);
         }
         self.matched = self.lookup.matched() - self.lookup.ngram_range().0;
+        self.reached[self.matched].iter_mut().for_each(|v| *v *= DECAY);
+        self.hits[self.matched].iter_mut().for_each(|v| *v *= DECAY);
         out.confidence.clear();
         out.confidence.extend((0..out.tokens.len()).map(|i| self.lookup_confidence(self.matched, i)));
         self.last = Source::Lookup;
@@ -127,8 +130,6 @@ impl Drafter for HybridDrafter {
         match std::mem::replace(&mut self.last, Source::None) {
             Source::Lookup => {
                 let (reached, hits) = (&mut self.reached[self.matched], &mut self.hits[self.matched]);
-                reached.iter_mut().for_each(|v| *v *= DECAY);
-                hits.iter_mut().for_each(|v| *v *= DECAY);
                 for i in 0..proposed.min(reached.len()) {
                     reached[i] += 1.0;
                     if i >= accepted {

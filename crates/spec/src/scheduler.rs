@@ -84,7 +84,9 @@ pub struct Scheduler {
     /// Raw confidences of the most recent proposals (drafters that give
     /// them). Proposing is worth its cost when truncation by confidence would
     /// pay on such drafts, even if the average acceptance alone would not.
-    recent: std::collections::VecDeque<Vec<f32>>,
+    /// Each with the length that was asked for: a proposal cut by its
+    /// budget says nothing about longer ones.
+    recent: std::collections::VecDeque<(usize, Vec<f32>)>,
     /// Plain cycles since the last proposal, while confidences say plain.
     gated_streak: usize,
 }
@@ -298,16 +300,17 @@ impl Scheduler {
         k
     }
 
-    /// Remember the confidences of a proposal (before truncation).
-    pub fn observe_proposal(&mut self, confidence: &[f32]) {
+    /// Remember the confidences of a proposal (before truncation) made
+    /// when `asked` tokens were asked for.
+    pub fn observe_proposal(&mut self, confidence: &[f32], asked: usize) {
         if confidence.is_empty() {
             return;
         }
         // reuse the oldest vector's buffer once the window is full
-        let mut v = if self.recent.len() == RECENT { self.recent.pop_front().unwrap_or_default() } else { Vec::new() };
+        let mut v = if self.recent.len() == RECENT { self.recent.pop_front().map(|p| p.1).unwrap_or_default() } else { Vec::new() };
         v.clear();
         v.extend_from_slice(confidence);
-        self.recent.push_back(v);
+        self.recent.push_back((asked, v));
     }
 
     /// For drafters that give confidences: the proposal length with the best
@@ -348,14 +351,18 @@ impl Scheduler {
 
     /// Committed tokens per second if up to `k` tokens are asked for and
     /// truncated as [`Self::truncate`] would, averaged over the recent
-    /// proposals (total tokens over total time). A proposal shorter than `k`
-    /// counts as it was: a drafter that stops early (a margin, no n-gram
-    /// match, a one-step head behind a lookup) drafts no more when asked for
-    /// more.
+    /// proposals that tell (total tokens over total time). A proposal that
+    /// stopped short of what was asked (a margin, a one-step head behind a
+    /// lookup) counts as it was: asked for more, the drafter stops there
+    /// too. One cut by its budget below `k` does not tell and is skipped.
     fn gated_rate(&self, k: usize) -> Option<f64> {
-        let (mut tokens, mut secs) = (0.0, 0.0);
+        let (mut tokens, mut secs, mut n) = (0.0, 0.0, 0);
         let mut alpha = Vec::with_capacity(k);
-        for v in &self.recent {
+        for (asked, v) in &self.recent {
+            if v.len() < k && v.len() >= *asked {
+                continue;
+            }
+            n += 1;
             let kk = k.min(v.len());
             alpha.clear();
             alpha.extend(v[..kk].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)));
@@ -364,7 +371,7 @@ impl Scheduler {
             tokens += expected_tokens(&alpha[..j]);
             secs += sunk + self.verify_cost(j + 1);
         }
-        (self.recent.len() >= MIN_RECENT && secs > 0.0).then(|| tokens / secs)
+        (n >= MIN_RECENT && secs > 0.0).then(|| tokens / secs)
     }
 
     /// Final length once the draft is known, from its confidences (if any):
@@ -399,7 +406,8 @@ impl Scheduler {
                 None => break,
             }
         }
-        free > other
+        // a tie goes to the proposal that is already made
+        free >= other
     }
 
     /// Length to verify of a free proposal (see
@@ -575,17 +583,17 @@ mod tests {
         // the average alone says plain
         assert_eq!(s.best(1, &s.alpha.clone(), DraftCost::Ahead), 0);
         assert_eq!(s.budget(1), 0, "no confidences seen yet: the mean decides");
-        s.observe_proposal(&[0.95]);
+        s.observe_proposal(&[0.95], 1);
         assert_eq!(s.budget(1), 1, "a few proposals are made to learn what confidences say");
         for i in 0..RECENT {
-            s.observe_proposal(&[if i % 2 == 0 { 0.95 } else { 0.05 }]);
+            s.observe_proposal(&[if i % 2 == 0 { 0.95 } else { 0.05 }], 1);
         }
         assert_eq!(s.budget(1), 1);
         assert_eq!(s.truncate(1, &[0.95]), 1);
         assert_eq!(s.truncate(1, &[0.05]), 0);
         // only unsure drafts lately: plain steps again
         for _ in 0..RECENT {
-            s.observe_proposal(&[0.05]);
+            s.observe_proposal(&[0.05], 1);
         }
         assert_eq!(s.budget(1), 0);
         // proposing now and then costs at most 1% of the plain steps
@@ -614,7 +622,7 @@ mod tests {
         let mut h = sched();
         for _ in 0..64 {
             h.observe_confidence(&[0.9], 1);
-            h.observe_proposal(&[0.9]);
+            h.observe_proposal(&[0.9], 1);
         }
         h.observe_draft(1, 0.0005);
         assert!(!h.free_beats_drafter(1, &[0.4], 8));

@@ -59,6 +59,8 @@ pub struct Speculator {
     cfg: SpecConfig,
     pending: Option<u32>,
     draft: Draft,
+    /// The drafter's free proposal of this cycle (see [`Drafter::propose_free`]).
+    free: Draft,
     out: ForwardOutput,
     /// When tracing: the logits each emitted token was chosen from.
     trace: Option<Vec<Vec<f32>>>,
@@ -76,7 +78,7 @@ impl Speculator {
         let mut sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
         sched.set_fixed_draft_cost(drafter.fixed_cost());
         let taps = drafter.taps();
-        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), out: ForwardOutput::default(), trace: None, taps, observed: 0 })
+        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), free: Draft::default(), out: ForwardOutput::default(), trace: None, taps, observed: 0 })
     }
 
     pub fn drafter_name(&self) -> String {
@@ -195,20 +197,17 @@ impl Speculator {
         self.draft.clear();
         let mut draft_secs = 0.0;
         let t0 = Instant::now();
-        // a free proposal (lookup) that is worth verifying replaces the
-        // drafter's own; one that is not leaves the cycle to the drafter
-        let mut free_k = None;
-        if self.drafter.propose_free(history, t, room, &mut self.draft)? {
-            self.draft.truncate(room);
-            match self.sched.truncate_free(self.draft.tokens.len(), &self.draft.confidence) {
-                k if k > 0 && self.sched.free_beats_drafter(k, &self.draft.confidence, room) => {
-                    free_k = Some(k);
-                    draft_secs = t0.elapsed().as_secs_f64();
-                }
-                _ => self.draft.clear(),
-            }
+        // a free proposal (lookup) worth verifying: the length that pays
+        self.free.clear();
+        let mut free_k = 0;
+        if self.drafter.propose_free(history, t, room, &mut self.free)? {
+            self.free.truncate(room);
+            free_k = self.sched.truncate_free(self.free.tokens.len(), &self.free.confidence);
         }
-        let free = free_k.is_some();
+        let free_secs = t0.elapsed().as_secs_f64();
+        // it replaces the drafter's proposal when it beats what the drafter
+        // is priced at, and a plain step when the drafter is not asked
+        let mut free = free_k > 0 && self.sched.free_beats_drafter(free_k, &self.free.confidence, room);
         let budget = if free { 0 } else { self.sched.budget(room) };
         if budget > 0 {
             let t0 = Instant::now();
@@ -216,10 +215,19 @@ impl Speculator {
             self.drafter.propose(history, t, budget, &params, sampler.rng(), &mut self.draft)?;
             draft_secs = t0.elapsed().as_secs_f64();
             // all the confidences a block drafter gave, before the budget cut
-            self.sched.observe_proposal(&self.draft.confidence);
+            self.sched.observe_proposal(&self.draft.confidence, budget);
             self.draft.truncate(budget);
             self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
+        } else if free_k > 0 {
+            free = true;
         }
+        let free_k = if free {
+            std::mem::swap(&mut self.draft, &mut self.free);
+            draft_secs = free_secs;
+            Some(free_k)
+        } else {
+            None
+        };
         let proposed = self.draft.tokens.len();
         let k = match free_k {
             Some(k) => k,
@@ -291,7 +299,10 @@ impl Speculator {
             self.sched.observe_confidence(&self.draft.confidence, v.accepted);
         }
         self.stats.record(proposed, k, v.accepted, draft_secs, verify_secs);
-        self.stats.record_confidence(&self.draft.confidence, v.accepted);
+        if !free {
+            // calibration statistics of the drafter's own confidences
+            self.stats.record_confidence(&self.draft.confidence, v.accepted);
+        }
         if self.cfg.log {
             eprintln!(
                 "spec cycle={} pos={base}{} drafted={proposed} cut={} verified={k} accepted={a} committed={}{conf_log} draft={:?} next={next} draft_ms={:.2} verify_ms={:.2}",
