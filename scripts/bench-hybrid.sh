@@ -6,21 +6,9 @@
 # Usage: scripts/bench-hybrid.sh [OUT_DIR] [N_PREDICT] [THREADS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-docs/bench/hybrid}
-n=${2:-128}
-t=${3:-2}
 rounds=${4:-2}
-prompts=../shared/bench/prompts-dev.jsonl
-mtp=models/support/smollm2-135m-instruct-mtp.gguf
-dspark=models/support/smollm2-135m-instruct-dspark.gguf
-cargo build --release -q
-bin=./target/release/tandem
-run() {
-    local name=$1; shift
-    echo "== $name: $*" >&2
-    "$bin" bench --prompts "$prompts" -n "$n" --threads "$t" --spec-stats --out-dir "$out/$name" "$@" 2>&1 | tee "$out/$name.log" | grep -E "^overall:|EXACTNESS" || true
-}
-mkdir -p "$out"
+show="^overall:|EXACTNESS"
+source scripts/bench-common.sh "${1:-docs/bench/hybrid}" "${2:-128}" "${3:-2}"
 for r in $(seq 1 "$rounds"); do
     run "mtp-adaptive-r$r" --mtp "$mtp"
     run "lookup-mtp-r$r" --mtp "$mtp" --lookup --lookup-ngram-min 2 --lookup-ngram-max 8

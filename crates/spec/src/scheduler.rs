@@ -328,8 +328,7 @@ impl Scheduler {
             return Some(offered);
         }
         let mut best: Option<(usize, f64)> = None;
-        for k in 1..=offered.min(self.alpha.len()) {
-            let Some(v) = self.gated_rate(k) else { break };
+        for (k, v) in self.gated_rates(offered) {
             let b = best.get_or_insert((0, self.rate(0, &[], DraftCost::Ahead)));
             if v > b.1 * (1.0 + MIN_GAIN) {
                 *b = (k, v);
@@ -347,6 +346,11 @@ impl Scheduler {
             return Some(offered);
         }
         Some(0)
+    }
+
+    /// [`Self::gated_rate`] for k = 1, 2, … up to `offered`, while it can be priced.
+    fn gated_rates(&self, offered: usize) -> impl Iterator<Item = (usize, f64)> + '_ {
+        (1..=offered.min(self.alpha.len())).map_while(|k| Some((k, self.gated_rate(k)?)))
     }
 
     /// Committed tokens per second if up to `k` tokens are asked for and
@@ -398,14 +402,12 @@ impl Scheduler {
         }
         let alpha: Vec<f64> = confidence.iter().take(k).map(|&c| c.clamp(0.0, 1.0) as f64).collect();
         let free = self.rate(k, &alpha, DraftCost::Sunk(0.0));
-        let mut other = self.rate(0, &[], DraftCost::Ahead);
-        for j in 1..=offered.min(self.alpha.len()) {
-            let r = if self.recent.is_empty() { Some(self.rate(j, &self.alpha, DraftCost::Ahead)) } else { self.gated_rate(j) };
-            match r {
-                Some(r) => other = other.max(r),
-                None => break,
-            }
-        }
+        let plain = self.rate(0, &[], DraftCost::Ahead);
+        let other = if self.recent.is_empty() {
+            (1..=offered.min(self.alpha.len())).map(|j| self.rate(j, &self.alpha, DraftCost::Ahead)).fold(plain, f64::max)
+        } else {
+            self.gated_rates(offered).map(|(_, r)| r).fold(plain, f64::max)
+        };
         // a tie goes to the proposal that is already made
         free >= other
     }

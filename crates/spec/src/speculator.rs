@@ -207,8 +207,8 @@ impl Speculator {
         let free_secs = t0.elapsed().as_secs_f64();
         // it replaces the drafter's proposal when it beats what the drafter
         // is priced at, and a plain step when the drafter is not asked
-        let mut free = free_k > 0 && self.sched.free_beats_drafter(free_k, &self.free.confidence, room);
-        let budget = if free { 0 } else { self.sched.budget(room) };
+        let first = free_k > 0 && self.sched.free_beats_drafter(free_k, &self.free.confidence, room);
+        let budget = if first { 0 } else { self.sched.budget(room) };
         if budget > 0 {
             let t0 = Instant::now();
             let params = sampler.params.clone();
@@ -218,21 +218,14 @@ impl Speculator {
             self.sched.observe_proposal(&self.draft.confidence, budget);
             self.draft.truncate(budget);
             self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
-        } else if free_k > 0 {
-            free = true;
         }
-        let free_k = if free {
+        let free = budget == 0 && free_k > 0;
+        if free {
             std::mem::swap(&mut self.draft, &mut self.free);
             draft_secs = free_secs;
-            Some(free_k)
-        } else {
-            None
-        };
+        }
         let proposed = self.draft.tokens.len();
-        let k = match free_k {
-            Some(k) => k,
-            None => self.sched.truncate(proposed, &self.draft.confidence),
-        };
+        let k = if free { free_k } else { self.sched.truncate(proposed, &self.draft.confidence) };
         let conf_log = if self.cfg.log && !self.draft.confidence.is_empty() {
             let c: Vec<String> = self.draft.confidence.iter().map(|c| format!("{c:.2}")).collect();
             format!(" conf=[{}]", c.join(","))
