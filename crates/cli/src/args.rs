@@ -203,6 +203,11 @@ pub struct TrainHyper {
     /// Chained depths trained and reported (depth 2+ feeds the head its own output).
     #[arg(long, default_value_t = 2)]
     pub depths: usize,
+    /// Weight of distillation towards the target's whole distribution over
+    /// the draft vocabulary (soft cross-entropy, computed from the stored
+    /// hidden rows); the rest is cross-entropy on the target's chosen token.
+    #[arg(long, default_value_t = 0.0)]
+    pub distill: f32,
     /// Weight type of the exported matrices (q8_0, f16, f32).
     #[arg(long, default_value = "q8_0")]
     pub weight_type: String,

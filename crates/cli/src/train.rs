@@ -186,6 +186,7 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
         depths: h.depths,
         weight_type: h.weight_type.clone(),
         seed: a.seed,
+        distill: h.distill,
         init: a.init.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };

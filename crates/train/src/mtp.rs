@@ -40,6 +40,11 @@ pub struct TrainConfig {
     pub depths: usize,
     pub weight_type: String,
     pub seed: u64,
+    /// Weight of distillation against the target's whole distribution over
+    /// the draft vocabulary (soft cross-entropy); the rest of the loss is the
+    /// cross-entropy on the target's chosen token. 0 trains on hard labels
+    /// only.
+    pub distill: f32,
     /// Continue from this support file (its weights and draft vocabulary)
     /// instead of initialising from the target's last block.
     pub init: Option<std::path::PathBuf>,
@@ -90,6 +95,8 @@ pub struct MtpNet {
     head_norm: Var,
     /// Draft-vocabulary rows of the target's head (constant), `V × d`.
     head: Tensor,
+    /// The target's final norm (for the teacher distribution).
+    target_norm: Tensor,
 }
 
 /// One batch: `b` windows of `l` positions.
@@ -103,12 +110,17 @@ pub struct Batch {
     /// Per depth: draft-vocabulary label of row p, and whether it counts.
     pub labels: Vec<Vec<u32>>,
     pub mask: Vec<Vec<f32>>,
+    /// Per depth, when distilling: the target's hidden row at the label's
+    /// position (its distribution there is the teacher), `b·l × d`, and
+    /// whether the row has one.
+    pub teach: Vec<Vec<f32>>,
+    pub teach_mask: Vec<Vec<f32>>,
     /// Absolute position of row 0 of each window.
     pub pos0: Vec<usize>,
 }
 
 impl MtpNet {
-    pub fn new(cfg: &Config, w: &MtpWeights, head_rows: Vec<f32>, dev: &Device) -> Result<Self> {
+    pub fn new(cfg: &Config, w: &MtpWeights, head_rows: Vec<f32>, target_norm: Vec<f32>, dev: &Device) -> Result<Self> {
         let d = cfg.d_model;
         let var = |v: &[f32], shape: (usize, usize)| -> Result<Var> {
             let t = if shape.1 == 1 { Tensor::from_slice(v, shape.0, dev)? } else { Tensor::from_slice(v, shape, dev)? };
@@ -128,6 +140,7 @@ impl MtpNet {
             block,
             head_norm: var(&w.head_norm, (d, 1))?,
             head: Tensor::from_vec(head_rows, (v, d), dev)?,
+            target_norm: Tensor::from_vec(target_norm, d, dev)?,
         })
     }
 
@@ -244,6 +257,16 @@ impl MtpNet {
     }
 }
 
+impl MtpNet {
+    /// The target's distribution over the draft vocabulary from its hidden
+    /// rows `(n, d)`: what the head's logits are distilled towards.
+    pub fn teacher_probs(&self, hidden: &[f32], n: usize, dev: &Device) -> Result<Tensor> {
+        let h = Tensor::from_slice(hidden, (n, self.cfg.d_model), dev)?;
+        let lg = linear(&rmsnorm(&h, &self.target_norm, self.cfg.eps as f64)?, &self.head)?;
+        Ok(candle_nn::ops::softmax(&lg, D::Minus1)?.detach())
+    }
+}
+
 /// Additive mask `(l, (k+1)·l)` for the depth-k queries (0-based k): query p
 /// sees depth-0 keys j ≤ p and, for each chained depth 1..=k, the key of its
 /// own anchor p.
@@ -272,6 +295,16 @@ fn masked_ce(logits: &Tensor, labels: &[u32], mask: &[f32], dev: &Device) -> Res
     Ok(((picked * m)?.sum_all()? * (-1.0 / cnt))?)
 }
 
+/// Masked mean soft cross-entropy `−Σ_v p_t(v)·log p_d(v)` over rows.
+fn masked_soft_ce(logits: &Tensor, teacher: &Tensor, mask: &[f32], dev: &Device) -> Result<Tensor> {
+    let n = mask.len();
+    let lsm = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let per_row = (lsm * teacher)?.sum(1)?;
+    let m = Tensor::from_slice(mask, n, dev)?;
+    let cnt = mask.iter().sum::<f32>().max(1.0) as f64;
+    Ok(((per_row * m)?.sum_all()? * (-1.0 / cnt))?)
+}
+
 /// Windows over a sequence: (sequence index, start).
 fn windows(data: &Dataset, seqs: &[usize], l: usize) -> Vec<(usize, usize)> {
     let mut w = Vec::new();
@@ -296,6 +329,7 @@ fn make_batch(
     depths: usize,
     t2d: &[u32],
     only_generated: bool,
+    distill: bool,
 ) -> Batch {
     let d = data.d;
     let b = wins.len();
@@ -306,6 +340,8 @@ fn make_batch(
         emb: vec![vec![0f32; b * l * d]; depths],
         labels: vec![vec![0u32; b * l]; depths],
         mask: vec![vec![0f32; b * l]; depths],
+        teach: if distill { vec![vec![0f32; b * l * d]; depths] } else { Vec::new() },
+        teach_mask: if distill { vec![vec![0f32; b * l]; depths] } else { Vec::new() },
         pos0: wins.iter().map(|w| w.1).collect(),
     };
     let mut e = vec![0f32; d];
@@ -328,6 +364,12 @@ fn make_batch(
                 }
                 engine.model.embed(s.tokens[q], &mut e).expect("token in vocabulary");
                 bt.emb[k][row * d..(row + 1) * d].copy_from_slice(&e);
+                if distill {
+                    for (o, h) in bt.teach[k][row * d..(row + 1) * d].iter_mut().zip(&s.hidden[q * d..(q + 1) * d]) {
+                        *o = h.to_f32();
+                    }
+                    bt.teach_mask[k][row] = 1.0;
+                }
                 let dr = t2d[s.argmax[q] as usize];
                 if only_generated {
                     // evaluation: every generated position counts; a label
@@ -384,7 +426,17 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     for (r, &t) in d2t.iter().enumerate() {
         hw.row_f32(t as usize, &mut head_rows[r * d..(r + 1) * d]);
     }
-    let net = MtpNet::new(&cfg, &init, head_rows, &dev)?;
+    let mut target_norm = vec![0f32; d];
+    {
+        let g = engine.model.gguf();
+        let (info, bytes) = g.tensor("output_norm.weight")?;
+        tandem_kernels::quant::dequantize_row(info.ty, bytes, &mut target_norm);
+    }
+    if !(0.0..=1.0).contains(&tc.distill) {
+        bail!("--distill {}: need a weight in 0..=1", tc.distill);
+    }
+    let distill = tc.distill > 0.0;
+    let net = MtpNet::new(&cfg, &init, head_rows, target_norm, &dev)?;
     let mut opt = AdamW::new(net.vars(), ParamsAdamW { lr: tc.lr, weight_decay: 0.0, ..Default::default() })?;
 
     let l = tc.seq_len.max(8);
@@ -413,11 +465,17 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
                 tc.lr * (0.05 + 0.95 * 0.5 * (1.0 + (std::f64::consts::PI * t).cos()))
             };
             opt.set_learning_rate(lr);
-            let batch = make_batch(engine, data, chunk, l, tc.depths, &t2d, false);
+            let batch = make_batch(engine, data, chunk, l, tc.depths, &t2d, false, distill);
             let outs = net.forward(&batch, tc.depths, &dev)?;
             let mut loss: Option<Tensor> = None;
             for (k, (_, logits)) in outs.iter().enumerate() {
-                let lk = (masked_ce(logits, &batch.labels[k], &batch.mask[k], &dev)? * depth_w[k])?;
+                let mut lk = masked_ce(logits, &batch.labels[k], &batch.mask[k], &dev)?;
+                if distill {
+                    let pt = net.teacher_probs(&batch.teach[k], batch.b * l, &dev)?;
+                    let soft = masked_soft_ce(logits, &pt, &batch.teach_mask[k], &dev)?;
+                    lk = ((lk * (1.0 - tc.distill as f64))? + (soft * tc.distill as f64)?)?;
+                }
+                let lk = (lk * depth_w[k])?;
                 loss = Some(match loss {
                     None => lk,
                     Some(x) => (x + lk)?,
@@ -472,6 +530,9 @@ fn export(
         ("tandem-mtp.train.command".to_string(), Value::String(tc.command.clone())),
         ("tandem-mtp.train.seed".to_string(), Value::U64(tc.seed)),
     ];
+    if tc.distill > 0.0 {
+        extra.push(("tandem-mtp.train.distill".into(), Value::F32(tc.distill)));
+    }
     if let Some(r) = report {
         extra.push(("tandem-mtp.train.positions".into(), Value::U64(r.train_tokens as u64)));
         extra.push(("tandem-mtp.train.seconds".into(), Value::F64(r.secs)));
@@ -506,7 +567,7 @@ pub fn evaluate(
     let mut depth_n = vec![0u64; depths];
     let mut n = 0u64;
     for chunk in wins.chunks(8) {
-        let batch = make_batch(engine, data, chunk, l, depths, t2d, true);
+        let batch = make_batch(engine, data, chunk, l, depths, t2d, true, false);
         let outs = net.forward(&batch, depths, dev)?;
         let preds: Vec<Vec<u32>> =
             outs.iter().map(|(_, lg)| Ok(lg.argmax(D::Minus1)?.to_vec1::<u32>()?)).collect::<Result<_>>()?;
@@ -546,4 +607,50 @@ fn coverage(data: &Dataset, held: &[usize], t2d: &[u32]) -> f64 {
         }
     }
     c as f64 / n.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With a one-hot teacher the soft cross-entropy is the hard one, and a
+    /// masked row counts in neither.
+    #[test]
+    fn soft_ce_with_a_one_hot_teacher_is_the_hard_ce() {
+        let dev = Device::Cpu;
+        let logits = Tensor::from_vec(
+            vec![0.3f32, -1.0, 2.0, 0.5, 0.1, 0.0, 4.0, -2.0, 1.0],
+            (3, 3),
+            &dev,
+        )
+        .unwrap();
+        let labels = [2u32, 0, 1];
+        let mut onehot = vec![0f32; 9];
+        for (r, &l) in labels.iter().enumerate() {
+            onehot[r * 3 + l as usize] = 1.0;
+        }
+        let teacher = Tensor::from_vec(onehot, (3, 3), &dev).unwrap();
+        let mask = [1.0f32, 0.0, 1.0];
+        let hard = masked_ce(&logits, &labels, &mask, &dev)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        let soft = masked_soft_ce(&logits, &teacher, &mask, &dev)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!((hard - soft).abs() < 1e-6, "{hard} vs {soft}");
+        // and a teacher equal to the model's own distribution is the minimum
+        let own = candle_nn::ops::softmax(&logits, D::Minus1).unwrap();
+        let at_own = masked_soft_ce(&logits, &own, &mask, &dev)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        let shifted = (&logits * 1.5).unwrap();
+        let other = masked_soft_ce(&shifted, &own, &mask, &dev)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(at_own < other);
+    }
 }

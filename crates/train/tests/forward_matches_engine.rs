@@ -69,7 +69,12 @@ fn candle_forward_matches_engine_drafter() {
         hw.row_f32(r, &mut head_rows[r * d..(r + 1) * d]);
     }
     let dev = Device::Cpu;
-    let net = MtpNet::new(&cfg, &w, head_rows, &dev).unwrap();
+    let mut target_norm = vec![0f32; d];
+    {
+        let (info, bytes) = target.gguf().tensor("output_norm.weight").unwrap();
+        tandem_kernels::quant::dequantize_row(info.ty, bytes, &mut target_norm);
+    }
+    let net = MtpNet::new(&cfg, &w, head_rows, target_norm, &dev).unwrap();
     let mut e = vec![0f32; d];
     let mut emb = vec![vec![0f32; m * d]; 2];
     for p in 0..m {
@@ -78,7 +83,7 @@ fn candle_forward_matches_engine_drafter() {
             emb[k][p * d..(p + 1) * d].copy_from_slice(&e);
         }
     }
-    let batch = Batch { b: 1, l: m, hidden: hid.clone(), emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], pos0: vec![0] };
+    let batch = Batch { b: 1, l: m, hidden: hid.clone(), emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
     let outs = net.forward(&batch, 2, &dev).unwrap();
     let rows = |k: usize| outs[k].1.to_vec2::<f32>().unwrap();
     let (c1, c2) = (rows(0), rows(1));
@@ -93,4 +98,44 @@ fn candle_forward_matches_engine_drafter() {
     cmp("depth 1", &engine_d1, &c1[m - 1]);
     // depth 2 of anchor m-1 = the engine's chained draft
     cmp("depth 2", &engine_d2, &c2[m - 1]);
+}
+
+/// The distillation teacher: the trainer's distribution from a stored hidden
+/// row must be the softmax of the logits the engine computes from it.
+#[test]
+fn teacher_distribution_is_the_targets_softmax() {
+    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let cfg = target.cfg.clone();
+    let d = cfg.d_model;
+    let w = MtpWeights::init_from_target(&target, 3);
+    let mut head_rows = vec![0f32; cfg.vocab * d];
+    let hw = target.output_weight().view(target.gguf());
+    for r in 0..cfg.vocab {
+        hw.row_f32(r, &mut head_rows[r * d..(r + 1) * d]);
+    }
+    let mut target_norm = vec![0f32; d];
+    {
+        let (info, bytes) = target.gguf().tensor("output_norm.weight").unwrap();
+        tandem_kernels::quant::dequantize_row(info.ty, bytes, &mut target_norm);
+    }
+    let dev = Device::Cpu;
+    let net = MtpNet::new(&cfg, &w, head_rows, target_norm, &dev).unwrap();
+    let n = 3;
+    let hid: Vec<f32> = (0..n * d).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 2.0).collect();
+    let probs = net.teacher_probs(&hid, n, &dev).unwrap().to_vec2::<f32>().unwrap();
+    let pool = ThreadPool::new(1);
+    for (r, p) in probs.iter().enumerate() {
+        let mut normed = vec![0f32; d];
+        target.final_norm(&hid[r * d..(r + 1) * d], &mut normed);
+        let mut logits = Vec::new();
+        target.lm_head(&pool, &normed, 1, &mut logits);
+        let mx = logits.iter().fold(f32::MIN, |m, &v| m.max(v));
+        let z: f32 = logits.iter().map(|&v| (v - mx).exp()).sum();
+        for (v, &lg) in p.iter().zip(&logits) {
+            let want = (lg - mx).exp() / z;
+            assert!((v - want).abs() <= 1e-5 + 1e-4 * want, "row {r}: teacher {v} vs engine {want}");
+        }
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-4);
+    }
 }
