@@ -157,6 +157,10 @@ impl Speculator {
             }
             self.sched.observe_verify(w, best);
         }
+        if self.cfg.log {
+            let c: Vec<String> = widths.iter().map(|&w| format!("{w}:{:.2}", self.sched.verify_cost(w) * 1e3)).collect();
+            eprintln!("spec profile ms per forward by width [{}]", c.join(" "));
+        }
         Ok(())
     }
 
