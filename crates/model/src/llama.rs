@@ -217,6 +217,11 @@ impl Model {
         &self.gguf
     }
 
+    /// The final norm's weights (what the output head's input is scaled by).
+    pub fn output_norm(&self) -> &[f32] {
+        &self.output_norm
+    }
+
     /// The output head's weight (the token embedding when tied).
     pub fn output_weight(&self) -> &WeightRef {
         &self.output

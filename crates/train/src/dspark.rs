@@ -282,10 +282,6 @@ impl DSparkNet {
             .collect::<Result<Vec<_>>>()?;
         let output = w.output.as_ref().context("the trainer needs an own output head (output.weight)")?;
         let (cw, cb) = w.conf.clone().unwrap_or_else(|| (vec![0.0; d + c.markov_rank], 0.0));
-        let mut tn = vec![0f32; d];
-        let g = target.gguf();
-        let (info, data) = g.tensor("output_norm.weight")?;
-        tandem_kernels::quant::dequantize_row(info.ty, data, &mut tn);
         Ok(DSparkNet {
             cfg: c.clone(),
             fc: var(&w.fc, d, c.feat_dim())?,
@@ -297,7 +293,7 @@ impl DSparkNet {
             w2: var(&w.markov_w2, c.draft_vocab, c.markov_rank)?,
             conf_w: var(&cw, 1, d + c.markov_rank)?,
             conf_b: Var::from_tensor(&Tensor::from_slice(&[cb], 1, dev)?)?,
-            target_norm: Tensor::from_vec(tn, d, dev)?,
+            target_norm: Tensor::from_slice(target.output_norm(), d, dev)?,
             target_eps: target.cfg.eps as f64,
         })
     }

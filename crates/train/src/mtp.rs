@@ -255,9 +255,7 @@ impl MtpNet {
         }
         Ok(outs)
     }
-}
 
-impl MtpNet {
     /// The target's distribution over the draft vocabulary from its hidden
     /// rows `(n, d)`: what the head's logits are distilled towards.
     pub fn teacher_probs(&self, hidden: &[f32], n: usize, dev: &Device) -> Result<Tensor> {
@@ -398,6 +396,9 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     if tc.depths == 0 || tc.depths > 4 {
         bail!("--depths {}: need 1..=4", tc.depths);
     }
+    if !(0.0..=1.0).contains(&tc.distill) {
+        bail!("--distill {}: need a weight in 0..=1", tc.distill);
+    }
     let dev = Device::Cpu;
     let d = cfg.d_model;
     // split by sequence, fixed seed
@@ -426,17 +427,8 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     for (r, &t) in d2t.iter().enumerate() {
         hw.row_f32(t as usize, &mut head_rows[r * d..(r + 1) * d]);
     }
-    let mut target_norm = vec![0f32; d];
-    {
-        let g = engine.model.gguf();
-        let (info, bytes) = g.tensor("output_norm.weight")?;
-        tandem_kernels::quant::dequantize_row(info.ty, bytes, &mut target_norm);
-    }
-    if !(0.0..=1.0).contains(&tc.distill) {
-        bail!("--distill {}: need a weight in 0..=1", tc.distill);
-    }
     let distill = tc.distill > 0.0;
-    let net = MtpNet::new(&cfg, &init, head_rows, target_norm, &dev)?;
+    let net = MtpNet::new(&cfg, &init, head_rows, engine.model.output_norm().to_vec(), &dev)?;
     let mut opt = AdamW::new(net.vars(), ParamsAdamW { lr: tc.lr, weight_decay: 0.0, ..Default::default() })?;
 
     let l = tc.seq_len.max(8);
@@ -618,12 +610,7 @@ mod tests {
     #[test]
     fn soft_ce_with_a_one_hot_teacher_is_the_hard_ce() {
         let dev = Device::Cpu;
-        let logits = Tensor::from_vec(
-            vec![0.3f32, -1.0, 2.0, 0.5, 0.1, 0.0, 4.0, -2.0, 1.0],
-            (3, 3),
-            &dev,
-        )
-        .unwrap();
+        let logits = Tensor::from_vec(vec![0.3f32, -1.0, 2.0, 0.5, 0.1, 0.0, 4.0, -2.0, 1.0], (3, 3), &dev).unwrap();
         let labels = [2u32, 0, 1];
         let mut onehot = vec![0f32; 9];
         for (r, &l) in labels.iter().enumerate() {
@@ -631,26 +618,14 @@ mod tests {
         }
         let teacher = Tensor::from_vec(onehot, (3, 3), &dev).unwrap();
         let mask = [1.0f32, 0.0, 1.0];
-        let hard = masked_ce(&logits, &labels, &mask, &dev)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        let soft = masked_soft_ce(&logits, &teacher, &mask, &dev)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let scalar = |t: Result<Tensor>| t.unwrap().to_scalar::<f32>().unwrap();
+        let hard = scalar(masked_ce(&logits, &labels, &mask, &dev));
+        let soft = scalar(masked_soft_ce(&logits, &teacher, &mask, &dev));
         assert!((hard - soft).abs() < 1e-6, "{hard} vs {soft}");
         // and a teacher equal to the model's own distribution is the minimum
         let own = candle_nn::ops::softmax(&logits, D::Minus1).unwrap();
-        let at_own = masked_soft_ce(&logits, &own, &mask, &dev)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
-        let shifted = (&logits * 1.5).unwrap();
-        let other = masked_soft_ce(&shifted, &own, &mask, &dev)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let at_own = scalar(masked_soft_ce(&logits, &own, &mask, &dev));
+        let other = scalar(masked_soft_ce(&(&logits * 1.5).unwrap(), &own, &mask, &dev));
         assert!(at_own < other);
     }
 }

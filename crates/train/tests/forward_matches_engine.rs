@@ -33,10 +33,25 @@ fn perturb(w: &mut MtpWeights, seed: u64) {
     }
 }
 
+fn synthetic_target() -> Arc<Model> {
+    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap())
+}
+
+/// The trainable head over the target's whole vocabulary (no `d2t`).
+fn full_vocab_net(target: &Model, w: &MtpWeights, dev: &Device) -> MtpNet {
+    let (v, d) = (target.cfg.vocab, target.cfg.d_model);
+    let mut head_rows = vec![0f32; v * d];
+    let hw = target.output_weight().view(target.gguf());
+    for r in 0..v {
+        hw.row_f32(r, &mut head_rows[r * d..(r + 1) * d]);
+    }
+    MtpNet::new(&target.cfg, w, head_rows, target.output_norm().to_vec(), dev).unwrap()
+}
+
 #[test]
 fn candle_forward_matches_engine_drafter() {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
-    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let target = synthetic_target();
     let cfg = target.cfg.clone();
     let d = cfg.d_model;
     let mut w = MtpWeights::init_from_target(&target, 3);
@@ -63,18 +78,8 @@ fn candle_forward_matches_engine_drafter() {
     let engine_d2 = lg.clone();
 
     // candle: one window of m rows, depths 2
-    let mut head_rows = vec![0f32; cfg.vocab * d];
-    let hw = target.output_weight().view(target.gguf());
-    for r in 0..cfg.vocab {
-        hw.row_f32(r, &mut head_rows[r * d..(r + 1) * d]);
-    }
     let dev = Device::Cpu;
-    let mut target_norm = vec![0f32; d];
-    {
-        let (info, bytes) = target.gguf().tensor("output_norm.weight").unwrap();
-        tandem_kernels::quant::dequantize_row(info.ty, bytes, &mut target_norm);
-    }
-    let net = MtpNet::new(&cfg, &w, head_rows, target_norm, &dev).unwrap();
+    let net = full_vocab_net(&target, &w, &dev);
     let mut e = vec![0f32; d];
     let mut emb = vec![vec![0f32; m * d]; 2];
     for p in 0..m {
@@ -104,23 +109,12 @@ fn candle_forward_matches_engine_drafter() {
 /// row must be the softmax of the logits the engine computes from it.
 #[test]
 fn teacher_distribution_is_the_targets_softmax() {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
-    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let target = synthetic_target();
     let cfg = target.cfg.clone();
     let d = cfg.d_model;
     let w = MtpWeights::init_from_target(&target, 3);
-    let mut head_rows = vec![0f32; cfg.vocab * d];
-    let hw = target.output_weight().view(target.gguf());
-    for r in 0..cfg.vocab {
-        hw.row_f32(r, &mut head_rows[r * d..(r + 1) * d]);
-    }
-    let mut target_norm = vec![0f32; d];
-    {
-        let (info, bytes) = target.gguf().tensor("output_norm.weight").unwrap();
-        tandem_kernels::quant::dequantize_row(info.ty, bytes, &mut target_norm);
-    }
     let dev = Device::Cpu;
-    let net = MtpNet::new(&cfg, &w, head_rows, target_norm, &dev).unwrap();
+    let net = full_vocab_net(&target, &w, &dev);
     let n = 3;
     let hid: Vec<f32> = (0..n * d).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 2.0).collect();
     let probs = net.teacher_probs(&hid, n, &dev).unwrap().to_vec2::<f32>().unwrap();
