@@ -150,6 +150,11 @@ pub struct TrainMtpArgs {
     /// Temperature for the target-written prompts.
     #[arg(long, default_value_t = 1.0)]
     pub prompt_temp: f32,
+    /// Start each target-written prompt with a request opener ("Explain",
+    /// "Write a", "List", …, from `corpus.rs`) and let the target write the
+    /// rest, for more kinds of request.
+    #[arg(long)]
+    pub prompt_openers: bool,
     /// Extra prompts built on text found on the machine: functions and
     /// docstrings of the `.py` files under --text-dir, to explain, annotate,
     /// translate, test, summarize or rewrite.

@@ -18,8 +18,9 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
 }
 
 /// The default data file of `train mtp` for these generation settings.
-fn default_data_path(prompts: usize, target_prompts: usize, text_prompts: usize, max_new: usize, sampled_share: f32, seed: u64) -> PathBuf {
-    let t = if target_prompts > 0 { format!("-t{target_prompts}") } else { String::new() };
+fn default_data_path(prompts: usize, target_prompts: usize, openers: bool, text_prompts: usize, max_new: usize, sampled_share: f32, seed: u64) -> PathBuf {
+    let o = if openers { "o" } else { "" };
+    let t = if target_prompts > 0 { format!("-t{o}{target_prompts}") } else { String::new() };
     let x = if text_prompts > 0 { format!("-x{text_prompts}") } else { String::new() };
     PathBuf::from(format!("target/train-data/mtp-p{prompts}{t}{x}-n{max_new}-s{sampled_share}-seed{seed}.bin"))
 }
@@ -33,6 +34,7 @@ struct PromptSource {
     builtin: usize,
     target: usize,
     temp: f32,
+    openers: bool,
     text: Option<(PathBuf, usize)>,
 }
 
@@ -80,7 +82,8 @@ fn load_or_generate(
         let mut prompts = tandem_train::corpus::prompts(src.builtin, seed);
         if src.target > 0 {
             let t1 = Instant::now();
-            let extra = tandem_train::data::target_prompts(engine, src.target, seed, src.temp, parallel)?;
+            let openers: &[&str] = if src.openers { tandem_train::corpus::REQUEST_OPENERS } else { &[] };
+            let extra = tandem_train::data::target_prompts(engine, src.target, seed, src.temp, parallel, openers)?;
             eprintln!("the target wrote {} prompts in {:.0} s", extra.len(), t1.elapsed().as_secs_f64());
             prompts.extend(extra);
         }
@@ -129,8 +132,8 @@ fn append_data(data: &mut Dataset, files: &[PathBuf], mut each: impl FnMut(&std:
 fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     // the data of `train mtp` with its default generation settings
-    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, 0, 160, 0.25, a.seed));
-    let mut data = load_or_generate(&engine, &data_path, PromptSource { builtin: 448, target: 0, temp: 1.0, text: None }, 160, 0.25, a.seed, 8)?;
+    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, false, 0, 160, 0.25, a.seed));
+    let mut data = load_or_generate(&engine, &data_path, PromptSource { builtin: 448, target: 0, temp: 1.0, openers: false, text: None }, 160, 0.25, a.seed, 8)?;
     let layers: Vec<String> = a.target_layers.iter().map(|l| l.to_string()).collect();
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
         seqs,
@@ -163,11 +166,12 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
 
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
-    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.target_prompts, a.text_prompts, a.max_new, a.sampled_share, a.seed));
+    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.max_new, a.sampled_share, a.seed));
     let src = PromptSource {
         builtin: a.prompts,
         target: a.target_prompts,
         temp: a.prompt_temp,
+        openers: a.prompt_openers,
         text: a.text_dir.clone().filter(|_| a.text_prompts > 0).map(|d| (d, a.text_prompts)),
     };
     let mut data = load_or_generate(&engine, &data_path, src, a.max_new, a.sampled_share, a.seed, a.parallel)?;

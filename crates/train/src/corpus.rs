@@ -31,6 +31,20 @@ impl SplitMix {
     }
 }
 
+/// First words of a user request, for target-written prompts
+/// (`--prompt-openers`): the kinds of request people make of an assistant,
+/// so the target's own requests cover questions, explanations, writing,
+/// code, lists, rewriting, summaries and arithmetic instead of mostly
+/// "I'm planning…". Written here, in no relation to any benchmark prompt.
+pub const REQUEST_OPENERS: &[&str] = &[
+    "What", "What is", "What are", "What does", "Why", "Why do", "How", "How do I", "How does", "How can I",
+    "Explain", "Describe", "Tell me", "Who", "When", "Where", "Which", "Is it", "Should I", "Can you",
+    "Write", "Write a", "Compose", "Draft", "Create", "Design", "Generate", "Give me", "Suggest", "Recommend",
+    "List", "Name", "Outline", "Brainstorm", "Summarize", "Rewrite", "Paraphrase", "Translate", "Correct",
+    "Convert", "Compare", "Define", "Classify", "Calculate", "Solve", "Estimate", "Find", "Fix", "Implement",
+    "Please", "I need", "Help me",
+];
+
 const TOPICS: &[&str] = &[
     "volcanoes", "the water cycle", "photosynthesis", "the human heart", "honey bees", "the moon landing",
     "electric cars", "the printing press", "rainforests", "earthquakes", "the immune system", "coral reefs",

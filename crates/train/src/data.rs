@@ -230,7 +230,13 @@ impl Dataset {
 /// users ask, which templates cannot cover. Deterministic for a seed and the
 /// same for any `parallel` (each request has its own sampler, seeded in order);
 /// empty, unfinished, very short and repeated requests are dropped.
-pub fn target_prompts(engine: &Arc<Engine>, n: usize, seed: u64, temp: f32, parallel: usize) -> Result<Vec<String>> {
+///
+/// With `openers` non-empty each request starts with one of them (drawn in
+/// start order from the same seeded stream) and the target writes the rest:
+/// left alone, the target opens half its requests with "I'm planning…", and
+/// an opener spreads the requests over kinds of task. Empty `openers` gives
+/// exactly the unseeded prompts.
+pub fn target_prompts(engine: &Arc<Engine>, n: usize, seed: u64, temp: f32, parallel: usize, openers: &[&str]) -> Result<Vec<String>> {
     const MAX_TOKENS: usize = 80;
     const MARK: &str = "\u{1}MARK\u{1}";
     let model = &engine.model;
@@ -276,7 +282,18 @@ pub fn target_prompts(engine: &Arc<Engine>, n: usize, seed: u64, temp: f32, para
         let pending = results.len() - scan;
         while slots.len() < parallel.max(1) && results.len() < budget && prompts.len() + pending < n + parallel.max(1) {
             let sampler = Sampler::new(SamplerParams { temperature: temp, top_k: 0, top_p: 0.95, min_p: 0.0, seed: rng.next_u64() });
-            slots.push(Slot { idx: results.len(), cache: base.clone(), sampler, last: first.clone(), toks: Vec::new() });
+            let mut slot = Slot { idx: results.len(), cache: base.clone(), sampler, last: first.clone(), toks: Vec::new() };
+            if !openers.is_empty() {
+                let opener = openers[(rng.next_u64() % openers.len() as u64) as usize];
+                let all = engine.tokenize_prompt(&format!("{prefix}{opener}"));
+                anyhow::ensure!(all.len() > ids.len() && all[..ids.len()] == ids[..], "opener {opener:?} changes the template's tokens");
+                let tail = &all[ids.len()..];
+                let mut o = ForwardOutput::default();
+                model.forward(&engine.pool, &mut slot.cache, tail, &LogitRows::Last, &[], &mut o)?;
+                slot.last.copy_from_slice(o.logits_row(0));
+                slot.toks.extend_from_slice(tail);
+            }
+            slots.push(slot);
             results.push(None);
         }
         let mut toks = Vec::new();

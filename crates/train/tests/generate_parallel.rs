@@ -13,8 +13,8 @@ use tandem_train::data::{target_prompts, Dataset, GenConfig};
 fn data_and_target_prompts_do_not_depend_on_parallel() {
     let path = ensure_model(&DEFAULT_MODEL, &models_dir(), false).expect("fetch the default model");
     let engine = Arc::new(Engine::load(path, 2).expect("load"));
-    let p1 = target_prompts(&engine, 4, 7, 0.8, 1).unwrap();
-    let p3 = target_prompts(&engine, 4, 7, 0.8, 3).unwrap();
+    let p1 = target_prompts(&engine, 4, 7, 0.8, 1, &[]).unwrap();
+    let p3 = target_prompts(&engine, 4, 7, 0.8, 3, &[]).unwrap();
     assert_eq!(p1, p3);
     assert_eq!(p1.len(), 4);
     let mut prompts = p1;
@@ -30,5 +30,21 @@ fn data_and_target_prompts_do_not_depend_on_parallel() {
         assert_eq!((&x.tokens, &x.argmax, x.prompt_len), (&y.tokens, &y.argmax, y.prompt_len));
         assert!(x.hidden.iter().zip(&y.hidden).all(|(p, q)| p.to_bits() == q.to_bits()));
         assert!(x.tokens.len() > x.prompt_len);
+    }
+}
+
+/// Prompts seeded with request openers start with one of them and, like the
+/// unseeded ones, do not depend on `parallel`.
+#[test]
+fn opener_seeded_prompts_start_with_an_opener_and_do_not_depend_on_parallel() {
+    let path = ensure_model(&DEFAULT_MODEL, &models_dir(), false).expect("fetch the default model");
+    let engine = Arc::new(Engine::load(path, 2).expect("load"));
+    let openers = tandem_train::corpus::REQUEST_OPENERS;
+    let p1 = target_prompts(&engine, 4, 11, 0.8, 1, openers).unwrap();
+    let p3 = target_prompts(&engine, 4, 11, 0.8, 3, openers).unwrap();
+    assert_eq!(p1, p3);
+    assert_eq!(p1.len(), 4);
+    for p in &p1 {
+        assert!(openers.iter().any(|o| p.starts_with(o)), "{p:?} starts with no opener");
     }
 }
