@@ -247,6 +247,15 @@ pub fn target_prompts(engine: &Arc<Engine>, n: usize, seed: u64, temp: f32, para
     let mut out = ForwardOutput::default();
     model.forward(&engine.pool, &mut base, &ids, &LogitRows::Last, &[], &mut out)?;
     let first = out.logits_row(0).to_vec();
+    // each opener's tokens after the template prefix, tokenized once
+    let opener_tails = openers
+        .iter()
+        .map(|o| {
+            let all = engine.tokenize_prompt(&format!("{prefix}{o}"));
+            anyhow::ensure!(all.len() > ids.len() && all[..ids.len()] == ids[..], "opener {o:?} changes the template's tokens");
+            Ok(all[ids.len()..].to_vec())
+        })
+        .collect::<Result<Vec<_>>>()?;
     let pb = ProgressBar::new(n as u64);
     pb.set_style(ProgressStyle::with_template("writing prompts {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}]").unwrap());
     let mut rng = crate::corpus::SplitMix::new(seed ^ 0x9A0B_7E57);
@@ -283,14 +292,10 @@ pub fn target_prompts(engine: &Arc<Engine>, n: usize, seed: u64, temp: f32, para
         while slots.len() < parallel.max(1) && results.len() < budget && prompts.len() + pending < n + parallel.max(1) {
             let sampler = Sampler::new(SamplerParams { temperature: temp, top_k: 0, top_p: 0.95, min_p: 0.0, seed: rng.next_u64() });
             let mut slot = Slot { idx: results.len(), cache: base.clone(), sampler, last: first.clone(), toks: Vec::new() };
-            if !openers.is_empty() {
-                let opener = openers[(rng.next_u64() % openers.len() as u64) as usize];
-                let all = engine.tokenize_prompt(&format!("{prefix}{opener}"));
-                anyhow::ensure!(all.len() > ids.len() && all[..ids.len()] == ids[..], "opener {opener:?} changes the template's tokens");
-                let tail = &all[ids.len()..];
-                let mut o = ForwardOutput::default();
-                model.forward(&engine.pool, &mut slot.cache, tail, &LogitRows::Last, &[], &mut o)?;
-                slot.last.copy_from_slice(o.logits_row(0));
+            if !opener_tails.is_empty() {
+                let tail = &opener_tails[rng.below(opener_tails.len())];
+                model.forward(&engine.pool, &mut slot.cache, tail, &LogitRows::Last, &[], &mut out)?;
+                slot.last.copy_from_slice(out.logits_row(0));
                 slot.toks.extend_from_slice(tail);
             }
             slots.push(slot);
