@@ -177,6 +177,12 @@ pub struct TrainMtpArgs {
     /// Continue training from this support file (same draft vocabulary).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
+    /// Also feed the head the inputs of these target layers (EAGLE-3 style:
+    /// `h + fc·[norm(f_1); …]`, 1..=target layers). From a plain `--init`
+    /// head `fc` starts at zero. The features are cached next to each data
+    /// file, shared with `train dspark` for the same layers.
+    #[arg(long, value_delimiter = ',')]
+    pub fused_layers: Vec<usize>,
     #[command(flatten)]
     pub hyper: TrainHyper,
     /// Worker threads (default: physical cores).

@@ -178,7 +178,14 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
     if a.gen_only {
         return Ok(());
     }
-    append_data(&mut data, &a.also_data, |_, _| {})?;
+    let layers: Vec<String> = a.fused_layers.iter().map(|l| l.to_string()).collect();
+    // the same cache files as `train dspark` with the same layers
+    let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
+        seqs,
+        path: Some(p.with_extension(format!("dspark-l{}.feats", layers.join("-")))),
+    };
+    let mut feature_cache = vec![cache_of(&data_path, data.seqs.len())];
+    append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;
     let h = &a.hyper;
     let cfg = TrainConfig {
         epochs: h.epochs,
@@ -192,6 +199,8 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
         seed: a.seed,
         distill: h.distill,
         init: a.init.clone(),
+        fused_layers: a.fused_layers.clone(),
+        feature_cache,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let report = tandem_train::mtp::train(&engine, &data, &cfg, &a.out)?;

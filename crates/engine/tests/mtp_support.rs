@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
 use common::rewrite;
 use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
-use tandem_model::mtp::MtpWeights;
+use tandem_model::mtp::{FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{Model, TargetId};
 
@@ -112,6 +112,40 @@ fn broken_and_mismatched_files_are_refused() {
         }
     });
     refused(&engine, "d2t.gguf", &d2t, "d2t maps to token 999999 outside the vocabulary");
+
+    // a head with fused target layers: the key and its tensors go together,
+    // the layers must exist, the tensors must have their shapes
+    let mut fw = MtpWeights::init_from_target(&engine.model, 1);
+    fw.d2t = Some((0..4096).collect());
+    fw.fused = Some(FusedWeights::zero(&[2, 10, 20, 29], d as usize));
+    let fused = fw.to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
+    engine.load_mtp_head(&{
+        let p = tmp("fused.gguf");
+        std::fs::write(&p, &fused).unwrap();
+        p
+    })
+    .expect("a valid fused head loads");
+    let no_key = rewrite(&fused, |m, _| m.retain(|(k, _)| k != "tandem-mtp.fused_layers"));
+    refused(&engine, "fused-nokey.gguf", &no_key, "present but no tandem-mtp.fused_layers");
+    let no_fc = rewrite(&fused, |_, t| t.retain(|x| !x.name.ends_with("nextn.fc.weight")));
+    refused(&engine, "fused-nofc.gguf", &no_fc, &format!("MTP tensor missing: blk.{n}.nextn.fc.weight"));
+    let far = rewrite(&fused, |m, _| {
+        for (k, v) in m.iter_mut() {
+            if k == "tandem-mtp.fused_layers" {
+                *v = Value::Array(tandem_gguf::ValueType::U32, vec![Value::U32(2), Value::U32(40)]);
+            }
+        }
+    });
+    refused(&engine, "fused-range.gguf", &far, "fused layer 40 out of range (30 layers)");
+    let narrow = rewrite(&fused, |_, t| {
+        for x in t.iter_mut() {
+            if x.name.ends_with("nextn.fc.weight") {
+                x.dims = vec![2 * d, d];
+                x.data.truncate(x.data.len() / 2);
+            }
+        }
+    });
+    refused(&engine, "fused-shape.gguf", &narrow, &format!("blk.{n}.nextn.fc.weight' has shape [{}, {d}], expected [{}, {d}]", 2 * d, 4 * d));
 
     // not a support file at all: the target itself
     let target_bytes = std::fs::read(common::model_path()).unwrap();

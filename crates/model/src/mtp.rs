@@ -13,6 +13,19 @@
 //! Chaining feeds the block's output `x` back in as the next `h`, with the
 //! drafted token as the next input. The embedding and output head are the
 //! target's: a support file never copies them.
+//!
+//! Optionally (EAGLE-3's idea) the head also reads earlier target layers,
+//! which keep more of the context than the last one, tuned to the next token:
+//!
+//! ```text
+//! h' = h[p] + fc · [fnorm_1(f_1[p]) ; … ; fnorm_k(f_k[p])]      (k·d → d)
+//! ```
+//!
+//! where `f_i` is the input of target layer `fused_layers[i]` (llama.cpp's
+//! `dflash.target_layers` convention) and each `fnorm_i` is an RMSNorm with
+//! its own slice of `nextn.fnorm.weight`. A zero `fc` is exactly the plain
+//! head, so a fused head can be trained on from a plain one. Chained rows
+//! (the head's own output as `h`) have no target features and skip the sum.
 
 use std::sync::Arc;
 
@@ -33,7 +46,14 @@ pub mod keys {
     pub const LAYER_INDEX: &str = "tandem-mtp.layer_index";
     /// Rows of the reduced draft vocabulary (`blk.N.nextn.d2t`); absent: full.
     pub const DRAFT_VOCAB: &str = "tandem-mtp.draft_vocab_size";
+    /// Target layers whose inputs are fused into `h` (1..=n_layer, as
+    /// `dflash.target_layers`); absent: a plain head.
+    pub const FUSED_LAYERS: &str = "tandem-mtp.fused_layers";
 }
+
+/// The optional fused-feature tensors (present exactly when
+/// [`keys::FUSED_LAYERS`] is).
+pub const FUSED_TENSORS: [&str; 2] = ["nextn.fnorm.weight", "nextn.fc.weight"];
 
 pub const KIND: &str = "mtp";
 pub const ARCH: &str = "tandem-mtp";
@@ -74,6 +94,16 @@ pub struct MtpHead {
     d2t: Option<Vec<u32>>,
     /// The target head's rows for `d2t`.
     reduced_head: Option<WeightRef>,
+    fused: Option<Fused>,
+}
+
+/// Fused target features of a head (see the module docs).
+struct Fused {
+    layers: Vec<usize>,
+    /// `k·d`: one RMSNorm weight per fused layer.
+    fnorm: Vec<f32>,
+    /// `k·d → d`.
+    fc: WeightRef,
 }
 
 impl std::fmt::Debug for MtpHead {
@@ -148,7 +178,21 @@ impl MtpHead {
             Some(ids) => Some(target.output_weight().gather_rows(target.gguf(), ids, "mtp.reduced_head").map_err(terr)?),
             None => None,
         };
-        Ok(MtpHead { gguf: g, target, layer_index: n, enorm, hnorm, eh_proj, block, head_norm, d2t, reduced_head })
+        let fused = load_fused(&g, n, cfg)?;
+        Ok(MtpHead { gguf: g, target, layer_index: n, enorm, hnorm, eh_proj, block, head_norm, d2t, reduced_head, fused })
+    }
+
+    /// The target layers whose inputs the head fuses (empty: a plain head).
+    pub fn fused_layers(&self) -> &[usize] {
+        self.fused.as_ref().map_or(&[], |f| &f.layers)
+    }
+
+    /// The target hidden rows the head needs, in the order [`MtpHead::forward_fused`]
+    /// takes them: the last block's output, then the fused layers' inputs.
+    pub fn taps(&self) -> Vec<crate::HiddenTap> {
+        let mut t = vec![crate::HiddenTap::Layer(self.target.cfg.n_layer - 1)];
+        t.extend(self.fused_layers().iter().map(|&l| crate::HiddenTap::Layer(l - 1)));
+        t
     }
 
     pub fn target(&self) -> &Arc<Model> {
@@ -174,13 +218,30 @@ impl MtpHead {
     /// combines `tokens[i]` (the token after position p0+i) with `hidden`
     /// row i. Writes the block outputs (`m × d`, before the head norm) to
     /// `out_hidden`, and the logits of the last row over the draft vocabulary
-    /// to `logits`.
+    /// to `logits`. No fused features (chained rows, or a plain head).
     pub fn forward(
         &self,
         pool: &ThreadPool,
         cache: &mut KvCache,
         tokens: &[u32],
         hidden: &[f32],
+        out_hidden: &mut Vec<f32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        self.forward_fused(pool, cache, tokens, hidden, None, out_hidden, logits)
+    }
+
+    /// [`MtpHead::forward`] with the fused layers' rows: `feats` is `m ×
+    /// (k·d)`, per row the k tapped rows in [`MtpHead::fused_layers`] order.
+    /// Ignored by a plain head.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_fused(
+        &self,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        hidden: &[f32],
+        feats: Option<&[f32]>,
         out_hidden: &mut Vec<f32>,
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
@@ -192,6 +253,25 @@ impl MtpHead {
         if hidden.len() != m * d {
             return Err(ModelError::BadConfig(format!("mtp: {} hidden values for {m} rows of {d}", hidden.len())));
         }
+        let fused_h;
+        let hidden = match (&self.fused, feats) {
+            (Some(f), Some(x)) => {
+                let w = f.layers.len() * d;
+                if x.len() != m * w {
+                    return Err(ModelError::BadConfig(format!("mtp: {} feature values for {m} rows of {w}", x.len())));
+                }
+                let mut normed = vec![0f32; m * w];
+                for (i, (a, b)) in x.chunks_exact(d).zip(normed.chunks_exact_mut(d)).enumerate() {
+                    let li = i % f.layers.len();
+                    ops::rmsnorm(a, &f.fnorm[li * d..(li + 1) * d], cfg.eps, b);
+                }
+                let mut add = vec![0f32; m * d];
+                matmul(pool, &f.fc.view(&self.gguf), &normed, m, &mut add);
+                fused_h = hidden.iter().zip(&add).map(|(h, a)| h + a).collect::<Vec<f32>>();
+                &fused_h[..]
+            }
+            _ => hidden,
+        };
         if cache.len() + m > cache.ctx() {
             return Err(ModelError::ContextFull { have: cache.len(), add: m, ctx: cache.ctx() });
         }
@@ -230,6 +310,61 @@ impl MtpHead {
     }
 }
 
+/// Read and check the optional fused-feature part of head `n`.
+fn load_fused(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Fused>, SupportError> {
+    let kind = SupportKind::Mtp;
+    let meta = |msg: String| SupportError::Metadata { kind, msg };
+    let present: Vec<String> = FUSED_TENSORS.iter().map(|t| tensor_name(n, t)).filter(|t| g.tensor_info(t).is_some()).collect();
+    let layers = match g.get(keys::FUSED_LAYERS) {
+        None if present.is_empty() => return Ok(None),
+        None => return Err(meta(format!("tensor {} present but no {}", present[0], keys::FUSED_LAYERS))),
+        Some(tandem_gguf::Value::Array(_, items)) => items
+            .iter()
+            .map(|v| v.as_i64().ok_or_else(|| meta(format!("{} holds a non-integer", keys::FUSED_LAYERS))))
+            .collect::<Result<Vec<i64>, _>>()?,
+        Some(_) => return Err(meta(format!("{} is not an array", keys::FUSED_LAYERS))),
+    };
+    if layers.is_empty() || layers.len() > 16 {
+        return Err(meta(format!("{} fused layers", layers.len())));
+    }
+    for &l in &layers {
+        if l < 1 || l > cfg.n_layer as i64 {
+            return Err(meta(format!("fused layer {l} out of range ({} layers)", cfg.n_layer)));
+        }
+    }
+    for t in FUSED_TENSORS {
+        let name = tensor_name(n, t);
+        if g.tensor_info(&name).is_none() {
+            return Err(SupportError::MissingTensor { kind, name });
+        }
+    }
+    let (k, d) = (layers.len(), cfg.d_model);
+    let terr = |e: ModelError| SupportError::Tensor(kind, e);
+    let fnorm = load_vec(g, &tensor_name(n, "nextn.fnorm.weight"), k * d).map_err(terr)?;
+    let fc = WeightRef::load_packed(g, &tensor_name(n, "nextn.fc.weight"), k * d, d).map_err(terr)?;
+    Ok(Some(Fused { layers: layers.iter().map(|&l| l as usize).collect(), fnorm, fc }))
+}
+
+/// Fused-feature weights of a head in f32.
+#[derive(Debug, Clone)]
+pub struct FusedWeights {
+    /// Target layers (inputs of), 1..=n_layer.
+    pub layers: Vec<usize>,
+    /// `k·d`.
+    pub fnorm: Vec<f32>,
+    /// `d × k·d`.
+    pub fc: Vec<f32>,
+}
+
+impl FusedWeights {
+    /// The identity start: unit norms and a zero `fc`, so the head computes
+    /// exactly what it did without fusion.
+    pub fn zero(layers: &[usize], d: usize) -> Self {
+        let k = layers.len();
+        FusedWeights { layers: layers.to_vec(), fnorm: vec![1.0; k * d], fc: vec![0.0; d * k * d] }
+    }
+}
+
 /// An MTP head's weights in f32, row-major `[out][in]` (what a trainer holds
 /// and what [`MtpWeights::to_gguf`] writes).
 #[derive(Debug, Clone)]
@@ -244,6 +379,8 @@ pub struct MtpWeights {
     pub head_norm: Vec<f32>,
     /// Draft row → target id.
     pub d2t: Option<Vec<u32>>,
+    /// Fused target layers (None: a plain head).
+    pub fused: Option<FusedWeights>,
 }
 
 /// Shape `(out, in)` of block tensor `what` for `cfg` (norms: `(d, 1)`).
@@ -294,7 +431,16 @@ impl MtpWeights {
             }
             eh_proj[r * 2 * d + d + r] = 1.0;
         }
-        MtpWeights { layer_index: cfg.n_layer, enorm: vec![1.0; d], hnorm: vec![1.0; d], eh_proj, block, head_norm, d2t: None }
+        MtpWeights {
+            layer_index: cfg.n_layer,
+            enorm: vec![1.0; d],
+            hnorm: vec![1.0; d],
+            eh_proj,
+            block,
+            head_norm,
+            d2t: None,
+            fused: None,
+        }
     }
 
     /// Write a support file for target `id`; matrices in `ty` (F32, F16 or
@@ -318,6 +464,12 @@ impl MtpWeights {
         w.set(keys::LAYER_INDEX, Value::U32(n as u32));
         if let Some(m) = &self.d2t {
             w.set(keys::DRAFT_VOCAB, Value::U32(m.len() as u32));
+        }
+        if let Some(f) = &self.fused {
+            w.set(
+                keys::FUSED_LAYERS,
+                Value::Array(tandem_gguf::ValueType::U32, f.layers.iter().map(|&l| Value::U32(l as u32)).collect()),
+            );
         }
         for (k, v) in extra {
             w.set(k.clone(), v.clone());
@@ -350,6 +502,11 @@ impl MtpWeights {
             }
         }
         w.add_tensor(vec_t(tensor_name(n, "nextn.shared_head_norm.weight"), &self.head_norm))?;
+        if let Some(f) = &self.fused {
+            let kd = f.layers.len() * d;
+            w.add_tensor(vec_t(tensor_name(n, "nextn.fnorm.weight"), &f.fnorm))?;
+            w.add_tensor(mat_t(tensor_name(n, "nextn.fc.weight"), &f.fc, d, kd)?)?;
+        }
         if let Some(m) = &self.d2t {
             w.add_tensor(TensorData {
                 name: tensor_name(n, "nextn.d2t"),
@@ -384,6 +541,18 @@ impl MtpWeights {
                 Ok((t.to_string(), read(tensor_name(n, t), o * i)?))
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
+        let fused = match g.get(keys::FUSED_LAYERS) {
+            Some(tandem_gguf::Value::Array(_, items)) => {
+                let layers: Vec<usize> = items.iter().filter_map(|v| v.as_i64()).map(|l| l as usize).collect();
+                let kd = layers.len() * d;
+                Some(FusedWeights {
+                    fnorm: read(tensor_name(n, "nextn.fnorm.weight"), kd)?,
+                    fc: read(tensor_name(n, "nextn.fc.weight"), kd * d)?,
+                    layers,
+                })
+            }
+            _ => None,
+        };
         let d2t = match g.tensor(&tensor_name(n, "nextn.d2t")) {
             Ok((_, data)) => Some(data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect()),
             Err(_) => None,
@@ -396,6 +565,7 @@ impl MtpWeights {
             block,
             head_norm: read(tensor_name(n, "nextn.shared_head_norm.weight"), d)?,
             d2t,
+            fused,
         })
     }
 }

@@ -23,6 +23,9 @@ pub struct MtpDrafter {
     cache: KvCache,
     /// Target hidden rows (tap: last block's output) of positions `0..observed`.
     hidden: Vec<f32>,
+    /// For a fused head: the fused layers' rows of the same positions, `k·d`
+    /// per position.
+    feats: Vec<f32>,
     observed: usize,
     /// The history as last synced (plus the proposed-after token): cache row
     /// p was built from `tokens[p + 1]`, hidden row p from `tokens[..=p]`.
@@ -48,6 +51,7 @@ impl MtpDrafter {
             pool,
             cache,
             hidden: Vec::new(),
+            feats: Vec::new(),
             observed: 0,
             tokens: Vec::new(),
             max_draft,
@@ -59,6 +63,11 @@ impl MtpDrafter {
 
     fn d(&self) -> usize {
         self.head.target().cfg.d_model
+    }
+
+    /// Width of one position's fused rows (0: a plain head).
+    fn feat_width(&self) -> usize {
+        self.head.fused_layers().len() * self.d()
     }
 
     /// The softmax probability of the top draft row: the head was trained to
@@ -95,7 +104,7 @@ impl Drafter for MtpDrafter {
     }
 
     fn taps(&self) -> Vec<HiddenTap> {
-        vec![HiddenTap::Layer(self.head.target().cfg.n_layer - 1)]
+        self.head.taps()
     }
 
     fn sync(&mut self, history: &[u32]) -> Result<(), SpecError> {
@@ -105,6 +114,7 @@ impl Drafter for MtpDrafter {
         if common < self.tokens.len() {
             self.observed = self.observed.min(common);
             self.hidden.truncate(self.observed * self.d());
+            self.feats.truncate(self.observed * self.feat_width());
             let rows = self.cache.len().min(common.saturating_sub(1));
             self.cache.truncate(rows);
         }
@@ -122,6 +132,15 @@ impl Drafter for MtpDrafter {
         self.observed = start;
         self.hidden.truncate(start * d);
         self.hidden.extend_from_slice(&hidden[0][..rows * d]);
+        let fw = self.feat_width();
+        self.feats.truncate(start * fw);
+        if fw > 0 {
+            for r in 0..rows {
+                for h in &hidden[1..] {
+                    self.feats.extend_from_slice(&h[r * d..(r + 1) * d]);
+                }
+            }
+        }
         self.observed = start + rows;
     }
 
@@ -148,7 +167,9 @@ impl Drafter for MtpDrafter {
         self.cache.truncate(have);
         let toks: Vec<u32> = self.tokens[have + 1..=n].to_vec();
         let hid = self.hidden[have * d..n * d].to_vec();
-        self.head.forward(&self.pool, &mut self.cache, &toks, &hid, &mut self.out_hidden, &mut self.logits)?;
+        let fw = self.feat_width();
+        let feats = (fw > 0).then(|| self.feats[have * fw..n * fw].to_vec());
+        self.head.forward_fused(&self.pool, &mut self.cache, &toks, &hid, feats.as_deref(), &mut self.out_hidden, &mut self.logits)?;
         let max = max.min(self.max_draft).min(self.cache.ctx() - self.cache.len());
         for depth in 0..max {
             let (row, gap) = self.top();

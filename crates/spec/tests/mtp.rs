@@ -10,10 +10,11 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
-use tandem_model::mtp::MtpWeights;
+use tandem_model::mtp::{FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
-use tandem_model::{Model, MtpHead, TargetId};
-use tandem_spec::{HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, Speculator};
+use tandem_model::{ForwardOutput, LogitRows, Model, MtpHead, TargetId};
+use tandem_spec::sampling::{Rng, SamplerParams};
+use tandem_spec::{Draft, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() };
@@ -23,9 +24,27 @@ fn target(seed: u64) -> Arc<Model> {
 /// A head that starts as "one more target layer" (so it agrees with the
 /// target now and then), optionally with a reduced draft vocabulary.
 fn head(t: &Arc<Model>, seed: u64, reduced: bool) -> Arc<MtpHead> {
+    head_with(t, seed, reduced, false)
+}
+
+/// [`head`], optionally fusing both target layers' inputs through a small
+/// random `fc` (so the features change the drafts).
+fn head_with(t: &Arc<Model>, seed: u64, reduced: bool, fused: bool) -> Arc<MtpHead> {
     let mut w = MtpWeights::init_from_target(t, seed);
     if reduced {
         w.d2t = Some((0..t.cfg.vocab as u32).filter(|i| i % 3 != 1).take(200).collect());
+    }
+    if fused {
+        let d = t.cfg.d_model;
+        let mut f = FusedWeights::zero(&[1, 2], d);
+        let mut s = seed | 1;
+        for v in f.fc.iter_mut().chain(f.fnorm.iter_mut()) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            *v += ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1;
+        }
+        w.fused = Some(f);
     }
     let id = TargetId::new(&t.cfg, 7);
     let bytes = w.to_gguf(&t.cfg, &id, GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
@@ -36,12 +55,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
     fn mtp_greedy_equals_plain(seed in 1u64..10_000, k in 1usize..=8, adaptive in any::<bool>(),
-                               threads in 1usize..=2, reduced in any::<bool>(), margin in prop::sample::select(vec![0.0f32, 0.5])) {
+                               threads in 1usize..=2, reduced in any::<bool>(), margin in prop::sample::select(vec![0.0f32, 0.5]),
+                               fused in any::<bool>()) {
         let m = target(seed);
         let pool = Arc::new(ThreadPool::new(threads));
         let prompt: Vec<u32> = (0..12).map(|i| ((seed as u32).wrapping_mul(31) + i * 17) % 300 + 4).collect();
         let want = common::plain(&m, &pool, &prompt, 40);
-        let drafter = MtpDrafter::new(head(&m, seed, reduced), pool.clone(), 512, k, margin).unwrap();
+        let drafter = MtpDrafter::new(head_with(&m, seed, reduced, fused), pool.clone(), 512, k, margin).unwrap();
         let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
         let got = common::speculative(&m, &pool, &prompt, 40, &mut sp);
@@ -54,7 +74,7 @@ proptest! {
         // it was not asked
         let rep: Vec<u32> = prompt.iter().chain(&prompt[..6]).chain(&prompt[3..9]).copied().collect();
         let want = common::plain(&m, &pool, &rep, 40);
-        let drafter = MtpDrafter::new(head(&m, seed, reduced), pool.clone(), 512, k.min(2), margin).unwrap();
+        let drafter = MtpDrafter::new(head_with(&m, seed, reduced, fused), pool.clone(), 512, k.min(2), margin).unwrap();
         let hybrid = HybridDrafter::new(NgramDrafter::new(2, 4, k).unwrap(), Box::new(drafter));
         let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(hybrid), cfg).unwrap();
@@ -70,4 +90,46 @@ fn bad_options_are_errors() {
     assert!(MtpDrafter::new(h.clone(), pool.clone(), 64, 0, 0.0).is_err());
     assert!(MtpDrafter::new(h.clone(), pool.clone(), 64, 33, 0.0).is_err());
     assert!(MtpDrafter::new(h, pool, 64, 2, f32::NAN).is_err());
+}
+
+/// The drafter feeds the head the right rows: its first draft, after the
+/// target's rows arrived in two pieces (as a prefill and a cycle), equals one
+/// head pass over all rows at once — for a plain and a fused head. And the
+/// fused features do change the logits.
+#[test]
+fn drafts_come_from_the_right_rows() {
+    let m = target(5);
+    let d = m.cfg.d_model;
+    let pool = Arc::new(ThreadPool::new(1));
+    let toks: Vec<u32> = (0..21u32).map(|i| (i * 37 + 11) % 300 + 4).collect();
+    let n = toks.len() - 1; // history toks[..n], next toks[n]
+    let mut firsts = Vec::new();
+    for fused in [false, true] {
+        let h = head_with(&m, 5, false, fused);
+        let taps = h.taps();
+        let mut cache = m.new_cache(64);
+        let mut out = ForwardOutput::default();
+        m.forward(&pool, &mut cache, &toks[..n], &LogitRows::None, &taps, &mut out).unwrap();
+        let k = taps.len() - 1;
+        let feats: Vec<f32> = (0..n).flat_map(|r| out.hidden[1..].iter().flat_map(move |hh| hh[r * d..(r + 1) * d].to_vec())).collect();
+        // reference: one pass, row p = (hidden p, token p + 1)
+        let mut hc = h.new_cache(64);
+        let (mut oh, mut lg) = (Vec::new(), Vec::new());
+        let f = (k > 0).then_some(&feats[..]);
+        h.forward_fused(&pool, &mut hc, &toks[1..=n], &out.hidden[0], f, &mut oh, &mut lg).unwrap();
+        let best = lg.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0;
+        // the drafter, rows in two pieces
+        let mut dr = MtpDrafter::new(h.clone(), pool.clone(), 64, 1, 0.0).unwrap();
+        dr.sync(&toks[..n]).unwrap();
+        for (a, b) in [(0, 7), (7, n)] {
+            let rows: Vec<Vec<f32>> = out.hidden.iter().map(|hh| hh[a * d..b * d].to_vec()).collect();
+            let slices: Vec<&[f32]> = rows.iter().map(|r| &r[..]).collect();
+            dr.observe(a, b - a, &slices);
+        }
+        let mut draft = Draft::default();
+        dr.propose(&toks[..n], toks[n], 1, &SamplerParams::greedy(), &mut Rng::new(1), &mut draft).unwrap();
+        assert_eq!(draft.tokens, vec![h.to_target(best)], "fused {fused}");
+        firsts.push(lg);
+    }
+    assert_ne!(firsts[0], firsts[1], "the fused features change the logits");
 }

@@ -217,6 +217,41 @@ impl Features {
     }
 }
 
+/// The target features (inputs of `target_layers`, concatenated) of every
+/// sequence of `data`, part by part: each part's cache file is reused when it
+/// fits, else the features are computed and saved there. No parts: the whole
+/// data, not cached.
+pub fn load_features(engine: &Engine, data: &Dataset, target_layers: &[usize], parts: &[FeatureCache]) -> Result<Features> {
+    let width = target_layers.len() * engine.model.cfg.d_model;
+    let whole = [FeatureCache { seqs: data.seqs.len(), path: None }];
+    let parts = if parts.is_empty() { &whole[..] } else { parts };
+    if parts.iter().map(|c| c.seqs).sum::<usize>() != data.seqs.len() {
+        bail!("the feature-cache parts do not add up to the {} sequences of the data", data.seqs.len());
+    }
+    let mut feats = Features { width, rows: Vec::with_capacity(data.seqs.len()) };
+    let mut off = 0;
+    for c in parts {
+        let seqs = &data.seqs[off..off + c.seqs];
+        off += c.seqs;
+        let cached = c.path.as_ref().and_then(|p| Features::load(p, seqs, width).ok().flatten().inspect(|_| eprintln!("reusing target features {}", p.display())));
+        let part = match cached {
+            Some(f) => f,
+            None => {
+                eprintln!("computing target features (layers {target_layers:?}) for {} sequences", seqs.len());
+                let f = Features::compute(engine, seqs, target_layers)?;
+                if let Some(p) = &c.path {
+                    if let Err(e) = f.save(p) {
+                        eprintln!("could not cache features in {}: {e}", p.display());
+                    }
+                }
+                f
+            }
+        };
+        feats.rows.extend(part.rows);
+    }
+    Ok(feats)
+}
+
 /// One training/evaluation example group: blocks at several anchors of one
 /// sequence.
 pub struct Blocks {
@@ -612,32 +647,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     // target features
     let tf = Instant::now();
     let width = cfg.feat_dim();
-    let whole = [FeatureCache { seqs: data.seqs.len(), path: None }];
-    let parts = if tc.feature_cache.is_empty() { &whole[..] } else { &tc.feature_cache[..] };
-    if parts.iter().map(|c| c.seqs).sum::<usize>() != data.seqs.len() {
-        bail!("the feature-cache parts do not add up to the {} sequences of the data", data.seqs.len());
-    }
-    let mut feats = Features { width, rows: Vec::with_capacity(data.seqs.len()) };
-    let mut off = 0;
-    for c in parts {
-        let seqs = &data.seqs[off..off + c.seqs];
-        off += c.seqs;
-        let cached = c.path.as_ref().and_then(|p| Features::load(p, seqs, width).ok().flatten().inspect(|_| eprintln!("reusing target features {}", p.display())));
-        let part = match cached {
-            Some(f) => f,
-            None => {
-                eprintln!("computing target features (layers {:?}) for {} sequences", cfg.target_layers, seqs.len());
-                let f = Features::compute(engine, seqs, &cfg.target_layers)?;
-                if let Some(p) = &c.path {
-                    if let Err(e) = f.save(p) {
-                        eprintln!("could not cache features in {}: {e}", p.display());
-                    }
-                }
-                f
-            }
-        };
-        feats.rows.extend(part.rows);
-    }
+    let feats = load_features(engine, data, &cfg.target_layers, &tc.feature_cache)?;
     // a tap of the final residual is the hidden row the data file holds: check they agree
     if let (Some(s), Some(li)) = (data.seqs.first(), cfg.target_layers.iter().position(|&l| l == tcfg.n_layer)) {
         let last = li * d;

@@ -23,11 +23,12 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use indicatif::{ProgressBar, ProgressStyle};
 use tandem_engine::Engine;
 use tandem_gguf::{GgmlType, Value};
-use tandem_model::mtp::{block_shape, MtpWeights, BLOCK_TENSORS};
+use tandem_model::mtp::{block_shape, FusedWeights, MtpWeights, BLOCK_TENSORS};
 use tandem_model::{Config, RopeStyle};
 
-use crate::nn::{draft_vocab, linear, rmsnorm};
 use crate::data::Dataset;
+use crate::dspark::{load_features, FeatureCache, Features};
+use crate::nn::{draft_vocab, linear, rmsnorm};
 
 #[derive(Debug, Clone)]
 pub struct TrainConfig {
@@ -48,6 +49,13 @@ pub struct TrainConfig {
     /// Continue from this support file (its weights and draft vocabulary)
     /// instead of initialising from the target's last block.
     pub init: Option<std::path::PathBuf>,
+    /// Fuse the inputs of these target layers into the head's hidden input
+    /// (see `tandem_model::mtp`); a plain `--init` head gains a zero `fc`, so
+    /// it starts from exactly what it computed. Empty: as the init file has it.
+    pub fused_layers: Vec<usize>,
+    /// Where the fused layers' target features are cached, per data file
+    /// (as the DSpark trainer's); empty: computed, not cached.
+    pub feature_cache: Vec<FeatureCache>,
     /// The command line, recorded in the file.
     pub command: String,
 }
@@ -97,6 +105,8 @@ pub struct MtpNet {
     head: Tensor,
     /// The target's final norm (for the teacher distribution).
     target_norm: Tensor,
+    /// Fused layers, their norms `(k, d)` and `fc` `(d, k·d)`.
+    fused: Option<(Vec<usize>, Var, Var)>,
 }
 
 /// One batch: `b` windows of `l` positions.
@@ -105,6 +115,8 @@ pub struct Batch {
     pub l: usize,
     /// Target hidden rows, `b·l × d`.
     pub hidden: Vec<f32>,
+    /// For a fused head: the fused layers' rows, `b·l × k·d` (else empty).
+    pub feats: Vec<f32>,
     /// Per depth k (0-based): embeddings of `t[p+k+1]`, `b·l × d`.
     pub emb: Vec<Vec<f32>>,
     /// Per depth: draft-vocabulary label of row p, and whether it counts.
@@ -132,6 +144,13 @@ impl MtpNet {
             .map(|(name, v)| var(v, block_shape(cfg, name)))
             .collect::<Result<Vec<_>>>()?;
         let v = head_rows.len() / d;
+        let fused = match &w.fused {
+            Some(f) => {
+                let k = f.layers.len();
+                Some((f.layers.clone(), var(&f.fnorm, (k, d))?, var(&f.fc, (d, k * d))?))
+            }
+            None => None,
+        };
         Ok(MtpNet {
             cfg: cfg.clone(),
             enorm: var(&w.enorm, (d, 1))?,
@@ -141,12 +160,22 @@ impl MtpNet {
             head_norm: var(&w.head_norm, (d, 1))?,
             head: Tensor::from_vec(head_rows, (v, d), dev)?,
             target_norm: Tensor::from_vec(target_norm, d, dev)?,
+            fused,
         })
+    }
+
+    /// The fused layers (empty: a plain head).
+    pub fn fused_layers(&self) -> &[usize] {
+        self.fused.as_ref().map_or(&[], |f| &f.0)
     }
 
     pub fn vars(&self) -> Vec<Var> {
         let mut v = vec![self.enorm.clone(), self.hnorm.clone(), self.eh_proj.clone(), self.head_norm.clone()];
         v.extend(self.block.iter().cloned());
+        if let Some((_, n, fc)) = &self.fused {
+            v.push(n.clone());
+            v.push(fc.clone());
+        }
         v
     }
 
@@ -161,6 +190,10 @@ impl MtpNet {
             block: BLOCK_TENSORS.iter().zip(&self.block).map(|(n, v)| Ok((n.to_string(), f(v)?))).collect::<Result<_>>()?,
             head_norm: f(&self.head_norm)?,
             d2t,
+            fused: match &self.fused {
+                Some((layers, n, fc)) => Some(FusedWeights { layers: layers.clone(), fnorm: f(n)?, fc: f(fc)? }),
+                None => None,
+            },
         })
     }
 
@@ -215,6 +248,16 @@ impl MtpNet {
         let eps = c.eps as f64;
         let scale = 1.0 / (hd as f64).sqrt();
         let mut h_in = Tensor::from_slice(&batch.hidden, (b * l, d), dev)?;
+        if let Some((layers, fnorm, fc)) = &self.fused {
+            // h' = h + fc · [fnorm_i(f_i)]: the depth-1 rows only
+            let k = layers.len();
+            if batch.feats.len() != b * l * k * d {
+                bail!("fused head: {} feature values for {} rows of {}", batch.feats.len(), b * l, k * d);
+            }
+            let f = Tensor::from_slice(&batch.feats, (b * l, k, d), dev)?;
+            let f = rmsnorm(&f, fnorm.as_tensor(), eps)?.reshape((b * l, k * d))?;
+            h_in = (h_in + linear(&f, fc.as_tensor())?)?;
+        }
         let mut keys: Vec<Tensor> = Vec::new();
         let mut vals: Vec<Tensor> = Vec::new();
         let mut outs = Vec::new();
@@ -319,9 +362,11 @@ fn windows(data: &Dataset, seqs: &[usize], l: usize) -> Vec<(usize, usize)> {
 
 /// Build a batch from windows. Rows without a label at some depth are masked
 /// there; `only_generated` masks prompt positions (for evaluation).
+#[allow(clippy::too_many_arguments)]
 fn make_batch(
     engine: &Engine,
     data: &Dataset,
+    feats: Option<&Features>,
     wins: &[(usize, usize)],
     l: usize,
     depths: usize,
@@ -331,10 +376,12 @@ fn make_batch(
 ) -> Batch {
     let d = data.d;
     let b = wins.len();
+    let fw = feats.map_or(0, |f| f.width);
     let mut bt = Batch {
         b,
         l,
         hidden: vec![0f32; b * l * d],
+        feats: vec![0f32; b * l * fw],
         emb: vec![vec![0f32; b * l * d]; depths],
         labels: vec![vec![0u32; b * l]; depths],
         mask: vec![vec![0f32; b * l]; depths],
@@ -354,6 +401,11 @@ fn make_batch(
             let row = wi * l + j;
             for (o, h) in bt.hidden[row * d..(row + 1) * d].iter_mut().zip(&s.hidden[p * d..(p + 1) * d]) {
                 *o = h.to_f32();
+            }
+            if let Some(f) = feats {
+                for (o, h) in bt.feats[row * fw..(row + 1) * fw].iter_mut().zip(&f.rows[si][p * fw..(p + 1) * fw]) {
+                    *o = h.to_f32();
+                }
             }
             for k in 0..depths {
                 let q = p + k + 1; // input token position; label = argmax[q]
@@ -412,6 +464,25 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
         }
         None => MtpWeights::init_from_target(&engine.model, tc.seed),
     };
+    let mut init = init;
+    if !tc.fused_layers.is_empty() {
+        match &init.fused {
+            Some(f) if f.layers != tc.fused_layers => {
+                bail!("--fused-layers {:?}: the init file fuses {:?}", tc.fused_layers, f.layers)
+            }
+            Some(_) => {}
+            None => {
+                if let Some(&bad) = tc.fused_layers.iter().find(|&&l| l < 1 || l > cfg.n_layer) {
+                    bail!("--fused-layers: layer {bad} out of range (1..={})", cfg.n_layer);
+                }
+                init.fused = Some(FusedWeights::zero(&tc.fused_layers, d));
+            }
+        }
+    }
+    let feats = match &init.fused {
+        Some(f) => Some(load_features(engine, data, &f.layers, &tc.feature_cache)?),
+        None => None,
+    };
     let (full, d2t): (bool, Vec<u32>) = match &init.d2t {
         Some(m) if tc.init.is_some() => (false, m.clone()),
         _ if tc.draft_vocab == 0 || tc.draft_vocab >= cfg.vocab => (true, (0..cfg.vocab as u32).collect()),
@@ -457,7 +528,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
                 tc.lr * (0.05 + 0.95 * 0.5 * (1.0 + (std::f64::consts::PI * t).cos()))
             };
             opt.set_learning_rate(lr);
-            let batch = make_batch(engine, data, chunk, l, tc.depths, &t2d, false, distill);
+            let batch = make_batch(engine, data, feats.as_ref(), chunk, l, tc.depths, &t2d, false, distill);
             let outs = net.forward(&batch, tc.depths, &dev)?;
             let mut loss: Option<Tensor> = None;
             for (k, (_, logits)) in outs.iter().enumerate() {
@@ -489,7 +560,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
         }
     }
     pb.finish();
-    let mut report = evaluate(engine, &net, data, &held, l, tc.depths, &t2d, &dev)?;
+    let mut report = evaluate(engine, &net, data, feats.as_ref(), &held, l, tc.depths, &t2d, &dev)?;
     report.train_tokens = train_positions;
     report.draft_vocab = d2t.len();
     report.steps = step;
@@ -547,6 +618,7 @@ pub fn evaluate(
     engine: &Engine,
     net: &MtpNet,
     data: &Dataset,
+    feats: Option<&Features>,
     held: &[usize],
     l: usize,
     depths: usize,
@@ -559,7 +631,7 @@ pub fn evaluate(
     let mut depth_n = vec![0u64; depths];
     let mut n = 0u64;
     for chunk in wins.chunks(8) {
-        let batch = make_batch(engine, data, chunk, l, depths, t2d, true, false);
+        let batch = make_batch(engine, data, feats, chunk, l, depths, t2d, true, false);
         let outs = net.forward(&batch, depths, dev)?;
         let preds: Vec<Vec<u32>> =
             outs.iter().map(|(_, lg)| Ok(lg.argmax(D::Minus1)?.to_vec1::<u32>()?)).collect::<Result<_>>()?;

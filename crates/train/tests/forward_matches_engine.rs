@@ -7,7 +7,7 @@ use std::sync::Arc;
 use candle_core::Device;
 use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
-use tandem_model::mtp::MtpWeights;
+use tandem_model::mtp::{FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{Model, MtpHead, TargetId};
 use tandem_train::mtp::{Batch, MtpNet};
@@ -51,11 +51,33 @@ fn full_vocab_net(target: &Model, w: &MtpWeights, dev: &Device) -> MtpNet {
 
 #[test]
 fn candle_forward_matches_engine_drafter() {
+    forward_matches(false);
+}
+
+/// The same with fused target layers: `h + fc·[fnorm_i(f_i)]` on the
+/// first-draft rows, none on the chained one.
+#[test]
+fn fused_candle_forward_matches_engine_drafter() {
+    forward_matches(true);
+}
+
+fn forward_matches(fused: bool) {
     let target = synthetic_target();
     let cfg = target.cfg.clone();
     let d = cfg.d_model;
     let mut w = MtpWeights::init_from_target(&target, 3);
     perturb(&mut w, 99);
+    let layers = [1usize, 2];
+    if fused {
+        let mut f = FusedWeights::zero(&layers, d);
+        for (i, v) in f.fc.iter_mut().enumerate() {
+            *v = ((i * 4099 % 1000) as f32 / 500.0 - 1.0) * 0.05;
+        }
+        for (i, v) in f.fnorm.iter_mut().enumerate() {
+            *v += ((i * 31 % 17) as f32 - 8.0) * 0.02;
+        }
+        w.fused = Some(f);
+    }
     let id = TargetId::new(&cfg, 0x1234);
     let file = w.to_gguf(&cfg, &id, GgmlType::F32, &[]).unwrap().to_bytes().unwrap();
     let head = MtpHead::load(Arc::new(Gguf::from_bytes(file).unwrap()), target.clone(), &id).unwrap();
@@ -70,7 +92,10 @@ fn candle_forward_matches_engine_drafter() {
     let pool = ThreadPool::new(1);
     let mut cache = head.new_cache(64);
     let (mut oh, mut lg) = (Vec::new(), Vec::new());
-    head.forward(&pool, &mut cache, &toks[1..=m], &hid, &mut oh, &mut lg).unwrap();
+    // fused rows: per position the k layers' rows, in the head's order
+    let kd = if fused { layers.len() * d } else { 0 };
+    let feats: Vec<f32> = (0..m * kd).map(|i| ((i * 6007 % 1000) as f32 / 250.0 - 2.0) * 1.5).collect();
+    head.forward_fused(&pool, &mut cache, &toks[1..=m], &hid, fused.then_some(&feats[..]), &mut oh, &mut lg).unwrap();
     let engine_d1 = lg.clone();
     // chained: token t[m+1] with the head's own last output
     let h_last = oh[(m - 1) * d..].to_vec();
@@ -88,7 +113,7 @@ fn candle_forward_matches_engine_drafter() {
             emb[k][p * d..(p + 1) * d].copy_from_slice(&e);
         }
     }
-    let batch = Batch { b: 1, l: m, hidden: hid.clone(), emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
+    let batch = Batch { b: 1, l: m, hidden: hid.clone(), feats: feats.clone(), emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
     let outs = net.forward(&batch, 2, &dev).unwrap();
     let rows = |k: usize| outs[k].1.to_vec2::<f32>().unwrap();
     let (c1, c2) = (rows(0), rows(1));
