@@ -96,7 +96,11 @@ impl MtpDrafter {
 
 impl Drafter for MtpDrafter {
     fn name(&self) -> String {
-        format!("mtp(k={}, margin={}, draft vocab {})", self.max_draft, self.margin, self.head.draft_vocab())
+        let fused = match self.head.fused_layers() {
+            [] => String::new(),
+            l => format!(", fused layers {l:?}"),
+        };
+        format!("mtp(k={}, margin={}, draft vocab {}{fused})", self.max_draft, self.margin, self.head.draft_vocab())
     }
 
     fn max_draft(&self) -> usize {
