@@ -200,14 +200,8 @@ impl DSparkConfig {
         if block_size == 0 || block_size > 64 {
             return Err(meta(format!("block_size {block_size}")));
         }
-        let layers = match g.get(keys::TARGET_LAYERS) {
-            None => return Err(meta(format!("missing key {}", keys::TARGET_LAYERS))),
-            Some(Value::Array(_, items)) => items
-                .iter()
-                .map(|v| v.as_i64().ok_or_else(|| meta(format!("{} holds a non-integer", keys::TARGET_LAYERS))))
-                .collect::<Result<Vec<i64>, _>>()?,
-            Some(_) => return Err(meta(format!("{} is not an array", keys::TARGET_LAYERS))),
-        };
+        let layers = crate::support::int_array(g, keys::TARGET_LAYERS, kind)?
+            .ok_or_else(|| meta(format!("missing key {}", keys::TARGET_LAYERS)))?;
         if layers.is_empty() || layers.len() > 64 {
             return Err(meta(format!("{} target layers", layers.len())));
         }

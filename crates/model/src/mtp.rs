@@ -35,7 +35,7 @@ use tandem_kernels::{ops, ThreadPool};
 
 use crate::kv::KvCache;
 use crate::llama::{resize, Kv, Layer, SCRATCH};
-use crate::support::{detect_kind, SupportError, SupportKind, TargetId};
+use crate::support::{detect_kind, int_array, SupportError, SupportKind, TargetId};
 use crate::weights::{load_vec, WeightRef};
 use crate::{Model, ModelError};
 
@@ -267,7 +267,10 @@ impl MtpHead {
                 }
                 let mut add = vec![0f32; m * d];
                 matmul(pool, &f.fc.view(&self.gguf), &normed, m, &mut add);
-                fused_h = hidden.iter().zip(&add).map(|(h, a)| h + a).collect::<Vec<f32>>();
+                for (a, h) in add.iter_mut().zip(hidden) {
+                    *a += h;
+                }
+                fused_h = add;
                 &fused_h[..]
             }
             _ => hidden,
@@ -315,14 +318,10 @@ fn load_fused(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Fused>, 
     let kind = SupportKind::Mtp;
     let meta = |msg: String| SupportError::Metadata { kind, msg };
     let present: Vec<String> = FUSED_TENSORS.iter().map(|t| tensor_name(n, t)).filter(|t| g.tensor_info(t).is_some()).collect();
-    let layers = match g.get(keys::FUSED_LAYERS) {
+    let layers = match int_array(g, keys::FUSED_LAYERS, kind)? {
         None if present.is_empty() => return Ok(None),
         None => return Err(meta(format!("tensor {} present but no {}", present[0], keys::FUSED_LAYERS))),
-        Some(tandem_gguf::Value::Array(_, items)) => items
-            .iter()
-            .map(|v| v.as_i64().ok_or_else(|| meta(format!("{} holds a non-integer", keys::FUSED_LAYERS))))
-            .collect::<Result<Vec<i64>, _>>()?,
-        Some(_) => return Err(meta(format!("{} is not an array", keys::FUSED_LAYERS))),
+        Some(layers) => layers,
     };
     if layers.is_empty() || layers.len() > 16 {
         return Err(meta(format!("{} fused layers", layers.len())));

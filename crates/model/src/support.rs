@@ -60,6 +60,20 @@ pub enum SupportError {
     Tensor(SupportKind, #[source] ModelError),
 }
 
+/// An integer-array metadata key of a `kind` file (None: absent).
+pub(crate) fn int_array(g: &Gguf, key: &str, kind: SupportKind) -> Result<Option<Vec<i64>>, SupportError> {
+    let meta = |msg: String| SupportError::Metadata { kind, msg };
+    match g.get(key) {
+        None => Ok(None),
+        Some(tandem_gguf::Value::Array(_, items)) => items
+            .iter()
+            .map(|v| v.as_i64().ok_or_else(|| meta(format!("{key} holds a non-integer"))))
+            .collect::<Result<Vec<i64>, _>>()
+            .map(Some),
+        Some(_) => Err(meta(format!("{key} is not an array"))),
+    }
+}
+
 /// Decide the kind of a support file by its tensors.
 pub fn detect_kind(g: &Gguf) -> Result<SupportKind, SupportError> {
     if g.tensors.iter().any(|t| t.name.ends_with(".nextn.eh_proj.weight")) {

@@ -455,7 +455,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     let d = cfg.d_model;
     // split by sequence, fixed seed
     let (train_ids, held, mut rng) = crate::nn::split(data, tc.seed, tc.holdout)?;
-    let init = match &tc.init {
+    let mut init = match &tc.init {
         Some(p) => {
             let g = tandem_gguf::Gguf::open(p).with_context(|| format!("opening {}", p.display()))?;
             // the file must fit this target
@@ -464,7 +464,6 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
         }
         None => MtpWeights::init_from_target(&engine.model, tc.seed),
     };
-    let mut init = init;
     if !tc.fused_layers.is_empty() {
         match &init.fused {
             Some(f) if f.layers != tc.fused_layers => {
