@@ -20,8 +20,17 @@ pub const MIN_GAIN: f64 = 0.02;
 
 /// Confidence bins of the calibration.
 const CONF_BINS: usize = 10;
-/// Decay of the bin counts per observation (an effective memory of ~200).
-const BIN_DECAY: f64 = 0.995;
+/// Decay of the calibration evidence per cycle (an effective memory of ~200
+/// cycles). Evidence ages with cycles, not with observations: a head judged
+/// on one kind of text, and then rarely verified, is judged afresh on the
+/// next kind instead of being held to the old verdict for good.
+const CAL_DECAY: f64 = 0.995;
+/// Decay per observation of the per-position sums behind the calibration
+/// ratio (a memory of ~20 verified drafts while drafting).
+const RATIO_DECAY: f64 = 0.95;
+/// Pseudo-observations of a ratio of 1 (the confidences as they are), which
+/// the per-position ratio returns to as its evidence ages.
+const RATIO_PRIOR: f64 = 0.5;
 /// Pseudo-count pulling a bin towards the per-position ratio.
 const BIN_PRIOR: f64 = 8.0;
 
@@ -33,6 +42,11 @@ const MIN_RECENT: usize = 32;
 /// still decides what is verified) at most this share of a plain step, so
 /// the confidences and their calibration stay current.
 const PROPOSE_OVERHEAD: f64 = 0.01;
+/// When no draft has been verified for a while, verify one anyway (a probe):
+/// as often as costs at most this share of the plain steps in between, even
+/// if every probe is rejected. Only verified drafts tell whether the
+/// drafter's confidences still mean what the calibration says.
+const PROBE_OVERHEAD: f64 = 0.01;
 
 /// Settings.
 #[derive(Debug, Clone)]
@@ -43,8 +57,10 @@ pub struct SchedulerConfig {
     pub prior: f64,
     /// Weight of a new observation in the moving averages.
     pub ema: f64,
-    /// After this many consecutive plain steps, draft one probe token anyway so
-    /// the acceptance estimate can recover.
+    /// At most this many cycles without a verified draft: then one draft
+    /// token is verified anyway (a probe), so the acceptance estimate and the
+    /// calibration can recover. Probes come sooner where they are cheap (see
+    /// `PROBE_OVERHEAD`).
     pub probe_every: usize,
 }
 
@@ -67,8 +83,8 @@ pub struct Scheduler {
     fixed_draft: bool,
     /// Conditional acceptance estimate per draft position.
     alpha: Vec<f64>,
-    /// Online calibration of drafter confidences, per position: moving
-    /// averages of the predicted confidence and of the observed outcome over
+    /// Online calibration of drafter confidences, per position: decayed sums
+    /// of the predicted confidence and of the observed outcome over
     /// positions that were reached (all earlier drafts accepted).
     conf_pred: Vec<f64>,
     conf_obs: Vec<f64>,
@@ -78,7 +94,8 @@ pub struct Scheduler {
     /// position cannot express.
     bin_n: Vec<[f64; CONF_BINS]>,
     bin_hit: Vec<[f64; CONF_BINS]>,
-    plain_streak: usize,
+    /// Cycles since a draft of this drafter was last verified.
+    unverified_streak: usize,
     /// The current proposal is a probe: verify it whatever the confidences say.
     probing: bool,
     /// Raw confidences of the most recent proposals (drafters that give
@@ -105,7 +122,7 @@ impl Scheduler {
             measured: vec![false; n + 1],
             draft_cost: 0.0,
             fixed_draft: false,
-            plain_streak: 0,
+            unverified_streak: 0,
             probing: false,
             recent: std::collections::VecDeque::with_capacity(RECENT),
             gated_streak: 0,
@@ -172,31 +189,58 @@ impl Scheduler {
     /// `accepted` were accepted (calibration; only past cycles feed it, so
     /// using it keeps truncation lossless).
     pub fn observe_confidence(&mut self, confidence: &[f32], accepted: usize) {
-        let a = self.cfg.ema.min(0.05);
         for (i, &c) in confidence.iter().enumerate().take(self.conf_pred.len()) {
             if i > accepted {
                 break;
             }
             let hit = if i < accepted { 1.0 } else { 0.0 };
             let b = bin(c);
-            self.bin_n[i][b] = self.bin_n[i][b] * BIN_DECAY + 1.0;
-            self.bin_hit[i][b] = self.bin_hit[i][b] * BIN_DECAY + hit;
-            if self.conf_pred[i] == 0.0 {
-                self.conf_pred[i] = c as f64;
-                self.conf_obs[i] = hit;
-            } else {
-                self.conf_pred[i] = (1.0 - a) * self.conf_pred[i] + a * c as f64;
-                self.conf_obs[i] = (1.0 - a) * self.conf_obs[i] + a * hit;
-            }
+            self.bin_n[i][b] += 1.0;
+            self.bin_hit[i][b] += hit;
+            self.conf_pred[i] = self.conf_pred[i] * RATIO_DECAY + c.clamp(0.0, 1.0) as f64;
+            self.conf_obs[i] = self.conf_obs[i] * RATIO_DECAY + hit;
         }
     }
 
+    /// End of a cycle: `verified` tells whether a draft of this drafter was
+    /// verified in it (a free proposal's is not). The calibration evidence
+    /// ages by one cycle.
+    pub fn end_cycle(&mut self, verified: bool) {
+        self.unverified_streak = if verified { 0 } else { self.unverified_streak + 1 };
+        for i in 0..self.bin_n.len() {
+            for b in 0..CONF_BINS {
+                self.bin_n[i][b] *= CAL_DECAY;
+                self.bin_hit[i][b] *= CAL_DECAY;
+            }
+            self.conf_pred[i] *= CAL_DECAY;
+            self.conf_obs[i] *= CAL_DECAY;
+        }
+    }
+
+    /// Cycles without a verified draft after which one is verified anyway:
+    /// a probe (a draft token and one more verified row) costs at most
+    /// [`PROBE_OVERHEAD`] of the plain steps in between, and none waits
+    /// longer than `probe_every`.
+    fn probe_interval(&self) -> usize {
+        let v1 = self.verify_cost(1);
+        let probe = self.draft_cost + (self.verify_cost(2) - v1).max(0.0);
+        // (less a rounding error, so an exact quotient is not rounded up)
+        let every = (probe / (PROBE_OVERHEAD * v1).max(1e-12) - 1e-9).ceil();
+        (every.clamp(1.0, 1e6) as usize).min(self.cfg.probe_every.max(1))
+    }
+
+    fn probe_due(&self) -> bool {
+        self.unverified_streak >= self.probe_interval()
+    }
+
     /// A confidence mapped through the calibration of position `i`: scaled
-    /// by observed / predicted acceptance there (1 until observed).
+    /// by observed / predicted acceptance there (1 until observed, and back
+    /// towards 1 as the evidence ages), then by what the drafts seen at
+    /// about this confidence did.
     pub fn calibrated(&self, i: usize, c: f32) -> f64 {
         let c = c.clamp(0.0, 1.0) as f64;
         let ratio = match (self.conf_pred.get(i), self.conf_obs.get(i)) {
-            (Some(&p), Some(&o)) if p > 1e-3 => (c * (o + 0.01) / (p + 0.01)).clamp(0.0, 1.0),
+            (Some(&p), Some(&o)) => (c * (o + RATIO_PRIOR) / (p + RATIO_PRIOR)).clamp(0.0, 1.0),
             _ => c,
         };
         // the drafts seen at this confidence, shrunk towards the ratio
@@ -287,15 +331,9 @@ impl Scheduler {
         } else {
             self.best(offered, &alpha, DraftCost::Ahead)
         };
-        if k == 0 {
-            self.plain_streak += 1;
-            if self.plain_streak >= self.cfg.probe_every {
-                self.plain_streak = 0;
-                self.probing = true;
-                return 1;
-            }
-        } else {
-            self.plain_streak = 0;
+        if k == 0 && self.probe_due() {
+            self.probing = true;
+            return 1;
         }
         k
     }
@@ -388,7 +426,13 @@ impl Scheduler {
             return drafted;
         }
         let alpha: Vec<f64> = confidence.iter().take(drafted).enumerate().map(|(i, &c)| self.calibrated(i, c)).collect();
-        self.best(drafted, &alpha, DraftCost::Sunk(self.sunk_secs(drafted)))
+        let k = self.best(drafted, &alpha, DraftCost::Sunk(self.sunk_secs(drafted)));
+        // a proposal made now and then while the confidences say plain is
+        // verified once a probe is due, or the verdict could never change
+        if k == 0 && self.probe_due() {
+            return drafted.min(1);
+        }
+        k
     }
 
     /// Whether verifying `k` tokens of a free proposal beats what the cycle
@@ -502,14 +546,83 @@ mod tests {
         assert_eq!(s.budget(8), 8);
     }
 
+    /// Cycles (1-based) in which a scheduler that backs off verifies a
+    /// probe, over `n` cycles.
+    fn probe_cycles(s: &mut Scheduler, n: usize) -> Vec<usize> {
+        let mut at = Vec::new();
+        for cycle in 1..=n {
+            let b = s.budget(8);
+            let verified = b > 0 && s.truncate(b, &[]) > 0;
+            if verified {
+                at.push(cycle);
+            }
+            s.end_cycle(verified);
+        }
+        at
+    }
+
     #[test]
     fn probes_after_a_long_plain_streak() {
+        // an expensive drafter: probes wait the longest allowed streak
         let mut s = sched();
+        s.observe_draft(1, 1.0);
         for _ in 0..100 {
             s.observe_acceptance(4, 0);
         }
-        let probes = (0..256).filter(|_| s.budget(8) > 0).count();
-        assert_eq!(probes, 2);
+        assert_eq!(probe_cycles(&mut s, 400), vec![129, 258, 387]);
+        // a cheap one (a 2-row verify costs 0.25 of a row more): a probe
+        // every 25 plain cycles costs 1% of them
+        let mut s = sched();
+        s.observe_draft(1, 0.0);
+        for _ in 0..100 {
+            s.observe_acceptance(4, 0);
+        }
+        assert_eq!(s.probe_interval(), 25);
+        assert_eq!(probe_cycles(&mut s, 100), vec![26, 52, 78]);
+    }
+
+    /// The stall of BENCHMARKS.md §6g: a head that was confident and wrong on
+    /// one kind of text, then confident and right on the next, must be
+    /// verified again; the old verdict may not hold for good.
+    #[test]
+    fn calibration_recovers_after_a_change_of_text() {
+        let mut s = Scheduler::new(SchedulerConfig::default(), 4);
+        s.observe_verify(1, 1.0);
+        s.observe_verify(2, 1.25);
+        s.observe_draft(1, 0.1);
+        // one draft a cycle, confidence 0.8; `right` says whether the
+        // target agrees; returns the verified drafts
+        let run = |s: &mut Scheduler, cycles: usize, right: bool| {
+            let mut verified = 0;
+            for _ in 0..cycles {
+                let b = s.budget(1);
+                let mut k = 0;
+                if b > 0 {
+                    s.observe_proposal(&[0.8], b);
+                    k = s.truncate(1, &[0.8]);
+                    if k == 0 {
+                        s.observe_unverified(0, &[0.8]);
+                    }
+                }
+                if k > 0 {
+                    let acc = usize::from(right);
+                    s.observe_acceptance(1, acc);
+                    s.observe_confidence(&[0.8], acc);
+                    verified += 1;
+                }
+                s.end_cycle(k > 0);
+            }
+            verified
+        };
+        // poor text: drafting stops
+        run(&mut s, 400, false);
+        assert_eq!(s.budget(1), 0);
+        assert!(s.calibrated(0, 0.8) < 0.1, "{}", s.calibrated(0, 0.8));
+        // good text: within 200 cycles it drafts on nearly every one (measured:
+        // 1 probe in the first 50 cycles, 26 drafts in the next 50, then all)
+        run(&mut s, 200, true);
+        let late = run(&mut s, 100, true);
+        assert!(late >= 90, "verified {late} of the last 100 cycles");
     }
 
     #[test]

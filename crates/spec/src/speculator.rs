@@ -295,6 +295,7 @@ impl Speculator {
             self.sched.observe_acceptance(k, v.accepted);
             self.sched.observe_confidence(&self.draft.confidence, v.accepted);
         }
+        self.sched.end_cycle(k > 0 && !free);
         self.stats.record(proposed, k, v.accepted, draft_secs, verify_secs);
         if !free {
             // calibration statistics of the drafter's own confidences
