@@ -101,9 +101,13 @@ pub struct Scheduler {
     /// Raw confidences of the most recent proposals (drafters that give
     /// them). Proposing is worth its cost when truncation by confidence would
     /// pay on such drafts, even if the average acceptance alone would not.
-    /// Each with the length that was asked for: a proposal cut by its
-    /// budget says nothing about longer ones.
-    recent: std::collections::VecDeque<(usize, Vec<f32>)>,
+    /// Each with the length that was asked for (a proposal cut by its
+    /// budget says nothing about longer ones) and the cycle it was made in
+    /// (older ones weigh less: while proposals are rare, the window reaches
+    /// back over other text).
+    recent: std::collections::VecDeque<Proposal>,
+    /// Cycles so far.
+    cycle: u64,
     /// Plain cycles since the last proposal, while confidences say plain.
     gated_streak: usize,
 }
@@ -125,6 +129,7 @@ impl Scheduler {
             unverified_streak: 0,
             probing: false,
             recent: std::collections::VecDeque::with_capacity(RECENT),
+            cycle: 0,
             gated_streak: 0,
         }
     }
@@ -207,6 +212,7 @@ impl Scheduler {
     /// ages by one cycle.
     pub fn end_cycle(&mut self, verified: bool) {
         self.unverified_streak = if verified { 0 } else { self.unverified_streak + 1 };
+        self.cycle += 1;
         for i in 0..self.bin_n.len() {
             for b in 0..CONF_BINS {
                 self.bin_n[i][b] *= CAL_DECAY;
@@ -345,10 +351,10 @@ impl Scheduler {
             return;
         }
         // reuse the oldest vector's buffer once the window is full
-        let mut v = if self.recent.len() == RECENT { self.recent.pop_front().map(|p| p.1).unwrap_or_default() } else { Vec::new() };
+        let mut v = if self.recent.len() == RECENT { self.recent.pop_front().map(|p| p.confidence).unwrap_or_default() } else { Vec::new() };
         v.clear();
         v.extend_from_slice(confidence);
-        self.recent.push_back((asked, v));
+        self.recent.push_back(Proposal { cycle: self.cycle, asked, confidence: v });
     }
 
     /// For drafters that give confidences: the proposal length with the best
@@ -397,21 +403,25 @@ impl Scheduler {
     /// stopped short of what was asked (a margin, a one-step head behind a
     /// lookup) counts as it was: asked for more, the drafter stops there
     /// too. One cut by its budget below `k` does not tell and is skipped.
+    /// A proposal weighs [`CAL_DECAY`] less per cycle of age, like the
+    /// calibration evidence.
     fn gated_rate(&self, k: usize) -> Option<f64> {
         let (mut tokens, mut secs, mut n) = (0.0, 0.0, 0);
         let mut alpha = Vec::with_capacity(k);
-        for (asked, v) in &self.recent {
-            if v.len() < k && v.len() >= *asked {
+        for p in &self.recent {
+            let v = &p.confidence;
+            if v.len() < k && v.len() >= p.asked {
                 continue;
             }
             n += 1;
+            let w = CAL_DECAY.powf(self.cycle.saturating_sub(p.cycle) as f64);
             let kk = k.min(v.len());
             alpha.clear();
             alpha.extend(v[..kk].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)));
             let sunk = self.sunk_secs(kk);
             let j = self.best(kk, &alpha, DraftCost::Sunk(sunk));
-            tokens += expected_tokens(&alpha[..j]);
-            secs += sunk + self.verify_cost(j + 1);
+            tokens += w * expected_tokens(&alpha[..j]);
+            secs += w * (sunk + self.verify_cost(j + 1));
         }
         (n >= MIN_RECENT && secs > 0.0).then(|| tokens / secs)
     }
@@ -488,6 +498,14 @@ impl Scheduler {
     pub fn alpha(&self) -> &[f64] {
         &self.alpha
     }
+}
+
+/// A recent proposal's confidences (see `Scheduler::recent`).
+#[derive(Debug, Clone)]
+struct Proposal {
+    cycle: u64,
+    asked: usize,
+    confidence: Vec<f32>,
 }
 
 /// What the draft costs when rates are compared.
@@ -581,48 +599,70 @@ mod tests {
         assert_eq!(probe_cycles(&mut s, 100), vec![26, 52, 78]);
     }
 
+    /// `cycles` cycles of a one-token drafter whose drafts have confidence
+    /// `conf` and are right or wrong as `right` says; returns the verified
+    /// drafts.
+    fn simulate(s: &mut Scheduler, cycles: usize, conf: f32, right: bool) -> usize {
+        let mut verified = 0;
+        for _ in 0..cycles {
+            let b = s.budget(1);
+            let mut k = 0;
+            if b > 0 {
+                s.observe_proposal(&[conf], b);
+                k = s.truncate(1, &[conf]);
+                if k == 0 {
+                    s.observe_unverified(0, &[conf]);
+                }
+            }
+            if k > 0 {
+                let acc = usize::from(right);
+                s.observe_acceptance(1, acc);
+                s.observe_confidence(&[conf], acc);
+                verified += 1;
+            }
+            s.end_cycle(k > 0);
+        }
+        verified
+    }
+
+    fn one_token_drafter() -> Scheduler {
+        let mut s = Scheduler::new(SchedulerConfig::default(), 4);
+        s.observe_verify(1, 1.0);
+        s.observe_verify(2, 1.25);
+        s.observe_draft(1, 0.1);
+        s
+    }
+
     /// The stall of BENCHMARKS.md §6g: a head that was confident and wrong on
     /// one kind of text, then confident and right on the next, must be
     /// verified again; the old verdict may not hold for good.
     #[test]
     fn calibration_recovers_after_a_change_of_text() {
-        let mut s = Scheduler::new(SchedulerConfig::default(), 4);
-        s.observe_verify(1, 1.0);
-        s.observe_verify(2, 1.25);
-        s.observe_draft(1, 0.1);
-        // one draft a cycle, confidence 0.8; `right` says whether the
-        // target agrees; returns the verified drafts
-        let run = |s: &mut Scheduler, cycles: usize, right: bool| {
-            let mut verified = 0;
-            for _ in 0..cycles {
-                let b = s.budget(1);
-                let mut k = 0;
-                if b > 0 {
-                    s.observe_proposal(&[0.8], b);
-                    k = s.truncate(1, &[0.8]);
-                    if k == 0 {
-                        s.observe_unverified(0, &[0.8]);
-                    }
-                }
-                if k > 0 {
-                    let acc = usize::from(right);
-                    s.observe_acceptance(1, acc);
-                    s.observe_confidence(&[0.8], acc);
-                    verified += 1;
-                }
-                s.end_cycle(k > 0);
-            }
-            verified
-        };
+        let mut s = one_token_drafter();
         // poor text: drafting stops
-        run(&mut s, 400, false);
+        simulate(&mut s, 400, 0.8, false);
         assert_eq!(s.budget(1), 0);
         assert!(s.calibrated(0, 0.8) < 0.1, "{}", s.calibrated(0, 0.8));
         // good text: within 200 cycles it drafts on nearly every one (measured:
         // 1 probe in the first 50 cycles, 26 drafts in the next 50, then all)
-        run(&mut s, 200, true);
-        let late = run(&mut s, 100, true);
+        simulate(&mut s, 200, 0.8, true);
+        let late = simulate(&mut s, 100, 0.8, true);
         assert!(late >= 90, "verified {late} of the last 100 cycles");
+    }
+
+    /// The proposals that price proposing age too: after a long stretch of
+    /// unsure proposals, the few recent sure ones decide, although the window
+    /// still holds mostly old ones (proposals are rare while the gate is shut).
+    #[test]
+    fn old_proposals_weigh_less() {
+        let mut s = one_token_drafter();
+        simulate(&mut s, 1000, 0.2, false);
+        assert_eq!(s.budget(1), 0);
+        // measured: verified drafts per 25 cycles 3, 11, then 25 each; with
+        // every proposal of the window weighing the same: 3, 2, 3, 2, then 25
+        simulate(&mut s, 50, 0.9, true);
+        let late = simulate(&mut s, 50, 0.9, true);
+        assert!(late >= 45, "verified {late} of cycles 51-100");
     }
 
     #[test]
