@@ -48,6 +48,13 @@ const PROPOSE_OVERHEAD: f64 = 0.01;
 /// drafter's confidences still mean what the calibration says.
 const PROBE_OVERHEAD: f64 = 0.01;
 
+/// At least one plain step in this many cycles, so the one-row cost that
+/// every rate is compared with stays measured: a start-up profile that
+/// caught the machine slow would otherwise price drafting as always
+/// paying, and a scheduler that always drafts never measures one row again
+/// (BENCHMARKS.md §6h).
+const COST_REFRESH: usize = 64;
+
 /// Settings.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -96,6 +103,8 @@ pub struct Scheduler {
     bin_hit: Vec<[f64; CONF_BINS]>,
     /// Cycles since a draft of this drafter was last verified.
     unverified_streak: usize,
+    /// Cycles since a one-row forward was last measured.
+    one_row_age: usize,
     /// The current proposal is a probe: verify it whatever the confidences say.
     probing: bool,
     /// Raw confidences of the most recent proposals (drafters that give
@@ -127,6 +136,7 @@ impl Scheduler {
             draft_cost: 0.0,
             fixed_draft: false,
             unverified_streak: 0,
+            one_row_age: 0,
             probing: false,
             recent: std::collections::VecDeque::with_capacity(RECENT),
             cycle: 0,
@@ -143,8 +153,14 @@ impl Scheduler {
         if width >= self.verify_cost.len() {
             return;
         }
+        // a one-row cost measured after a long gap says more about the
+        // machine's present state than the average from before it
+        let stale = width == 1 && self.one_row_age >= COST_REFRESH;
+        if width == 1 {
+            self.one_row_age = 0;
+        }
         if self.measured[width] {
-            let a = self.cfg.ema;
+            let a = if stale { self.cfg.ema.max(0.5) } else { self.cfg.ema };
             self.verify_cost[width] = (1.0 - a) * self.verify_cost[width] + a * secs;
         } else {
             self.verify_cost[width] = secs;
@@ -213,6 +229,7 @@ impl Scheduler {
     pub fn end_cycle(&mut self, verified: bool) {
         self.unverified_streak = if verified { 0 } else { self.unverified_streak + 1 };
         self.cycle += 1;
+        self.one_row_age += 1;
         for i in 0..self.bin_n.len() {
             for b in 0..CONF_BINS {
                 self.bin_n[i][b] *= CAL_DECAY;
@@ -318,6 +335,9 @@ impl Scheduler {
         }
         if !self.cfg.adaptive {
             return offered;
+        }
+        if self.one_row_age >= COST_REFRESH {
+            return 0;
         }
         let alpha = self.alpha.clone();
         let k = if let Some(k) = self.gated_budget(offered) {
@@ -574,6 +594,8 @@ mod tests {
             if verified {
                 at.push(cycle);
             }
+            let w = 1 + usize::from(verified);
+            s.observe_verify(w, s.verify_cost(w));
             s.end_cycle(verified);
         }
         at
@@ -620,6 +642,7 @@ mod tests {
                 s.observe_confidence(&[conf], acc);
                 verified += 1;
             }
+            s.observe_verify(k + 1, s.verify_cost(k + 1));
             s.end_cycle(k > 0);
         }
         verified
@@ -663,6 +686,32 @@ mod tests {
         simulate(&mut s, 50, 0.9, true);
         let late = simulate(&mut s, 50, 0.9, true);
         assert!(late >= 45, "verified {late} of cycles 51-100");
+    }
+
+    /// A profile that caught the machine slow prices one row too high, so
+    /// drafting looks always worth it; a plain step now and then measures the
+    /// one-row cost again.
+    #[test]
+    fn one_row_cost_stays_measured() {
+        let mut s = Scheduler::new(SchedulerConfig::default(), 4);
+        s.observe_verify(1, 2.0);
+        s.observe_verify(2, 1.25);
+        s.observe_draft(1, 0.05);
+        let mut plain = 0;
+        for _ in 0..200 {
+            let b = s.budget(1);
+            if b == 0 {
+                plain += 1;
+                s.observe_verify(1, 1.0);
+            } else {
+                let k = s.truncate(b, &[]);
+                s.observe_verify(k + 1, 1.25);
+                s.observe_acceptance(k, 0);
+            }
+            s.end_cycle(b > 0);
+        }
+        assert!(plain > 0);
+        assert!((s.verify_cost(1) - 1.0).abs() < 0.05, "{}", s.verify_cost(1));
     }
 
     #[test]

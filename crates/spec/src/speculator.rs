@@ -68,6 +68,8 @@ pub struct Speculator {
     taps: Vec<tandem_model::HiddenTap>,
     /// Positions whose hidden rows the drafter has been given.
     observed: usize,
+    /// The drafter was asked for a proposal in the previous cycle.
+    proposed_last: bool,
 }
 
 impl Speculator {
@@ -78,7 +80,7 @@ impl Speculator {
         let mut sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
         sched.set_fixed_draft_cost(drafter.fixed_cost());
         let taps = drafter.taps();
-        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), free: Draft::default(), out: ForwardOutput::default(), trace: None, taps, observed: 0 })
+        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), free: Draft::default(), out: ForwardOutput::default(), trace: None, taps, observed: 0, proposed_last: false })
     }
 
     pub fn drafter_name(&self) -> String {
@@ -103,6 +105,7 @@ impl Speculator {
     /// earlier generation).
     pub fn begin(&mut self, history: &[u32]) -> Result<(), SpecError> {
         self.pending = None;
+        self.proposed_last = false;
         self.observed = self.observed.min(history.len());
         self.drafter.sync(history)
     }
@@ -221,8 +224,16 @@ impl Speculator {
             // all the confidences a block drafter gave, before the budget cut
             self.sched.observe_proposal(&self.draft.confidence, budget);
             self.draft.truncate(budget);
-            self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
+            // after cycles without a proposal (or a prompt) the drafter first
+            // caught up on the positions committed meanwhile; pricing drafts
+            // by that would make them dearer the rarer they are, and keep the
+            // scheduler from drafting again (BENCHMARKS.md §6h). The price is
+            // what a draft costs while drafting.
+            if self.proposed_last {
+                self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
+            }
         }
+        self.proposed_last = budget > 0;
         let free = budget == 0 && free_k > 0;
         if free {
             std::mem::swap(&mut self.draft, &mut self.free);
