@@ -326,7 +326,7 @@ trait Packed {
     /// Bytes of one 8-column group block.
     const BLOCK: usize;
     /// # Safety
-    /// AVX2/FMA/F16C (and AVX-VNNI where `simd::vnni()` says so) available; `grp` holds `a[0].len()` group blocks.
+    /// AVX2/FMA/F16C (and the VNNI encoding `simd::vnni_kind()` names) available; `grp` holds `a[0].len()` group blocks.
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]);
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32;
@@ -339,10 +339,10 @@ impl Packed for PackedQ4 {
     const BLOCK: usize = crate::pack::Q4X8_BLOCK;
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        if crate::simd::vnni() {
-            crate::simd::vnni::dot_q4x8::<MR>(grp, a, out)
-        } else {
-            crate::simd::avx2::dot_q4x8::<MR>(grp, a, out)
+        match crate::simd::vnni_kind() {
+            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q4x8::<MR>(grp, a, out),
+            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q4x8::<MR>(grp, a, out),
+            crate::simd::Vnni::None => crate::simd::avx2::dot_q4x8::<MR>(grp, a, out),
         }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
@@ -354,10 +354,10 @@ impl Packed for PackedQ8 {
     const BLOCK: usize = crate::pack::Q8X8_BLOCK;
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        if crate::simd::vnni() {
-            crate::simd::vnni::dot_q8x8::<MR>(grp, a, out)
-        } else {
-            crate::simd::avx2::dot_q8x8::<MR>(grp, a, out)
+        match crate::simd::vnni_kind() {
+            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q8x8::<MR>(grp, a, out),
+            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q8x8::<MR>(grp, a, out),
+            crate::simd::Vnni::None => crate::simd::avx2::dot_q8x8::<MR>(grp, a, out),
         }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {

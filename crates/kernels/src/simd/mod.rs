@@ -42,22 +42,41 @@ pub fn simd_level() -> SimdLevel {
     *LEVEL.get_or_init(detect)
 }
 
-static VNNI: OnceLock<bool> = OnceLock::new();
+/// Which encoding of `vpdpbusd` the packed kernels use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vnni {
+    /// None: the AVX2 kernels (`maddubs` + `madd`).
+    None,
+    /// AVX-VNNI (VEX).
+    Avx,
+    /// AVX512-VNNI with AVX512VL, on 256-bit registers (EVEX).
+    Evex,
+}
 
-/// Whether the packed kernels use their AVX-VNNI variants (`vpdpbusd`), which
-/// give the same bits as the AVX2 ones with fewer instructions per row.
-pub fn vnni() -> bool {
+static VNNI: OnceLock<Vnni> = OnceLock::new();
+
+/// The VNNI variant of the packed kernels in use; they give the same bits as
+/// the AVX2 ones with fewer instructions per row. `TANDEM_SIMD=avx2` turns
+/// them off.
+pub fn vnni_kind() -> Vnni {
     *VNNI.get_or_init(|| {
         if simd_level() != SimdLevel::Avx2 || std::env::var("TANDEM_SIMD").map(|v| v == "avx2").unwrap_or(false) {
-            return false;
+            return Vnni::None;
         }
         #[cfg(target_arch = "x86_64")]
         {
-            is_x86_feature_detected!("avxvnni")
+            if is_x86_feature_detected!("avxvnni") {
+                return Vnni::Avx;
+            }
+            if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+                return Vnni::Evex;
+            }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+        Vnni::None
     })
+}
+
+/// Whether the packed kernels use a VNNI variant.
+pub fn vnni() -> bool {
+    vnni_kind() != Vnni::None
 }

@@ -1,4 +1,7 @@
-//! AVX-VNNI variants of the packed kernels.
+//! VNNI variants of the packed kernels, in two encodings: AVX-VNNI (VEX,
+//! Intel Alder Lake and later, AMD Zen 5) and AVX512-VNNI with AVX512VL on
+//! 256-bit registers (EVEX, e.g. AMD Zen 4 and Intel Ice Lake, which lack the
+//! VEX form). Both are generated from one body.
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes and adds groups of four
 //! products straight into i32 lanes, replacing the `maddubs` + `madd` + add
@@ -8,91 +11,109 @@
 //! versions and the scalar twins in `pack`.
 //!
 //! # Safety contract
-//! Every `unsafe fn` here requires AVX2, FMA, F16C and AVX-VNNI (the caller
-//! checks [`super::vnni`]) and a group slice holding `a[0].len()` group blocks,
-//! as for the AVX2 kernels.
+//! Every `unsafe fn` here requires AVX2, FMA, F16C and its module's VNNI
+//! encoding (`avx`: AVX-VNNI; `evex`: AVX512-VNNI and AVX512VL; the caller
+//! checks [`super::vnni_kind`]) and a group slice holding `a[0].len()` group
+//! blocks, as for the AVX2 kernels.
 
-use std::arch::x86_64::*;
+/// The two kernels for one encoding: `$feat` is the target feature list,
+/// `$dp` the `vpdpbusd` intrinsic of that encoding.
+macro_rules! vnni_kernels {
+    ($feat:literal, $dp:ident) => {
+        use std::arch::x86_64::*;
 
-use crate::quant::ActBlock;
+        use crate::quant::ActBlock;
 
-/// Packed Q4x8 kernel; same contract and bits as `avx2::dot_q4x8`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-    use crate::pack::Q4X8_BLOCK;
-    let nb = a[0].len();
-    debug_assert!(grp.len() >= nb * Q4X8_BLOCK);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let mut acc = [_mm256_setzero_ps(); MR];
-    let mut summ = [_mm256_setzero_ps(); MR];
-    for b in 0..nb {
-        let p = grp.as_ptr().add(b * Q4X8_BLOCK);
-        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
-        let mut r = [_mm256_setzero_si256(); 8];
-        for j in 0..4 {
-            let pj = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
-            r[j] = _mm256_and_si256(pj, m4);
-            r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
-        }
-        for m in 0..MR {
-            let ab = a[m].get_unchecked(b);
-            let q = ab.qs.as_ptr() as *const i32;
-            // two independent chains (even and odd words), summed exactly
-            let mut s0 = _mm256_setzero_si256();
-            let mut s1 = _mm256_setzero_si256();
-            for j in (0..8).step_by(2) {
-                s0 = _mm256_dpbusd_avx_epi32(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
-                s1 = _mm256_dpbusd_avx_epi32(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+        /// Packed Q4x8 kernel; same contract and bits as `avx2::dot_q4x8`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+            use crate::pack::Q4X8_BLOCK;
+            let nb = a[0].len();
+            debug_assert!(grp.len() >= nb * Q4X8_BLOCK);
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); MR];
+            let mut summ = [_mm256_setzero_ps(); MR];
+            for b in 0..nb {
+                let p = grp.as_ptr().add(b * Q4X8_BLOCK);
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+                let mut r = [_mm256_setzero_si256(); 8];
+                for j in 0..4 {
+                    let pj = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+                    r[j] = _mm256_and_si256(pj, m4);
+                    r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
+                }
+                for m in 0..MR {
+                    let ab = a[m].get_unchecked(b);
+                    let q = ab.qs.as_ptr() as *const i32;
+                    // two independent chains (even and odd words), summed exactly
+                    let mut s0 = _mm256_setzero_si256();
+                    let mut s1 = _mm256_setzero_si256();
+                    for j in (0..8).step_by(2) {
+                        s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
+                        s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+                    }
+                    let isum = _mm256_add_epi32(s0, s1);
+                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+                    summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ab.s), summ[m]);
+                }
             }
-            let isum = _mm256_add_epi32(s0, s1);
-            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
-            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
-            summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ab.s), summ[m]);
+            for m in 0..MR {
+                _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+            }
         }
-    }
-    for m in 0..MR {
-        _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
-    }
+
+        /// Packed Q8x8 kernel; same contract and bits as `avx2::dot_q8x8`.
+        /// `vpdpbusd` needs an unsigned operand, so it takes |w| and sign(a, w).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+            use crate::pack::Q8X8_BLOCK;
+            let nb = a[0].len();
+            debug_assert!(grp.len() >= nb * Q8X8_BLOCK);
+            let mut acc = [_mm256_setzero_ps(); MR];
+            for b in 0..nb {
+                let p = grp.as_ptr().add(b * Q8X8_BLOCK);
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+                let mut isum = [_mm256_setzero_si256(); MR];
+                for j in 0..8 {
+                    let r = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
+                    let ar = _mm256_sign_epi8(r, r);
+                    for m in 0..MR {
+                        let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                        isum[m] = $dp(isum[m], ar, _mm256_sign_epi8(av, r));
+                    }
+                }
+                for m in 0..MR {
+                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), dd, acc[m]);
+                }
+            }
+            for m in 0..MR {
+                _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+            }
+        }
+    };
 }
 
-/// Packed Q8x8 kernel; same contract and bits as `avx2::dot_q8x8`.
-/// `vpdpbusd` needs an unsigned operand, so it takes |w| and sign(a, w).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-    use crate::pack::Q8X8_BLOCK;
-    let nb = a[0].len();
-    debug_assert!(grp.len() >= nb * Q8X8_BLOCK);
-    let mut acc = [_mm256_setzero_ps(); MR];
-    for b in 0..nb {
-        let p = grp.as_ptr().add(b * Q8X8_BLOCK);
-        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
-        let mut isum = [_mm256_setzero_si256(); MR];
-        for j in 0..8 {
-            let r = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
-            let ar = _mm256_sign_epi8(r, r);
-            for m in 0..MR {
-                let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
-                isum[m] = _mm256_dpbusd_avx_epi32(isum[m], ar, _mm256_sign_epi8(av, r));
-            }
-        }
-        for m in 0..MR {
-            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
-            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), dd, acc[m]);
-        }
-    }
-    for m in 0..MR {
-        _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
-    }
+/// AVX-VNNI (VEX encoding).
+pub(crate) mod avx {
+    vnni_kernels!("avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32);
+}
+
+/// AVX512-VNNI on 256-bit registers (EVEX encoding, needs AVX512VL).
+pub(crate) mod evex {
+    vnni_kernels!("avx2,fma,f16c,avx512vnni,avx512vl", _mm256_dpbusd_epi32);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::pack::{pack_q4x8, pack_q8x8, Q4X8_BLOCK, Q8X8_BLOCK};
+    use crate::quant::ActBlock;
+    use crate::simd::Vnni;
     use crate::quant::quantize_act_row_scalar;
 
     struct Rng(u64);
@@ -131,7 +152,7 @@ mod tests {
         v
     }
 
-    fn check<const MR: usize>(rng: &mut Rng) {
+    fn check<const MR: usize>(rng: &mut Rng, kind: Vnni) {
         let nb = 5;
         let a = acts(rng, MR, nb);
         let ar: [&[ActBlock]; MR] = std::array::from_fn(|i| a[i].as_slice());
@@ -141,7 +162,10 @@ mod tests {
         let (mut x, mut y) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
         // SAFETY: features checked by the caller; the groups hold nb blocks.
         unsafe {
-            dot_q4x8::<MR>(&q4, ar, &mut x);
+            match kind {
+                Vnni::Avx => super::avx::dot_q4x8::<MR>(&q4, ar, &mut x),
+                _ => super::evex::dot_q4x8::<MR>(&q4, ar, &mut x),
+            }
             crate::simd::avx2::dot_q4x8::<MR>(&q4, ar, &mut y);
         }
         for m in 0..MR {
@@ -152,7 +176,10 @@ mod tests {
             }
         }
         unsafe {
-            dot_q8x8::<MR>(&q8, ar, &mut x);
+            match kind {
+                Vnni::Avx => super::avx::dot_q8x8::<MR>(&q8, ar, &mut x),
+                _ => super::evex::dot_q8x8::<MR>(&q8, ar, &mut x),
+            }
             crate::simd::avx2::dot_q8x8::<MR>(&q8, ar, &mut y);
         }
         for m in 0..MR {
@@ -166,22 +193,25 @@ mod tests {
 
     #[test]
     fn vnni_and_avx2_kernels_equal_the_scalar_twins() {
-        if !(is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-            && is_x86_feature_detected!("avxvnni"))
-        {
-            eprintln!("skipped: this CPU has no AVX-VNNI");
-            return;
-        }
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        for _ in 0..50 {
-            check::<1>(&mut rng);
-            check::<2>(&mut rng);
-            check::<3>(&mut rng);
-            check::<4>(&mut rng);
-            check::<5>(&mut rng);
-            check::<6>(&mut rng);
+        let base = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+        let kinds = [
+            (Vnni::Avx, is_x86_feature_detected!("avxvnni")),
+            (Vnni::Evex, is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")),
+        ];
+        for (kind, has) in kinds {
+            if !(base && has) {
+                eprintln!("skipped {kind:?}: not on this CPU");
+                continue;
+            }
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+            for _ in 0..50 {
+                check::<1>(&mut rng, kind);
+                check::<2>(&mut rng, kind);
+                check::<3>(&mut rng, kind);
+                check::<4>(&mut rng, kind);
+                check::<5>(&mut rng, kind);
+                check::<6>(&mut rng, kind);
+            }
         }
     }
 }
