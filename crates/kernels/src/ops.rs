@@ -101,6 +101,56 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// Attention scores against strided rows: `out[j] = dot_f32(q, row_j) · scale`
+/// with `row_j = rows[j·stride + offset ..][..q.len()]` (one key head per
+/// cached position). The same bits as that loop of [`dot_f32`] calls, without
+/// a call and a dispatch per position.
+pub fn dot_rows(q: &[f32], rows: &[f32], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+    let k = q.len();
+    if let Some(last) = out.len().checked_sub(1) {
+        assert!(last * stride + offset + k <= rows.len(), "dot_rows: rows too short");
+    }
+    match simd_level() {
+        // SAFETY: AVX2/FMA checked by simd_level; every row is in bounds (asserted above).
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::dot_rows(q, rows, stride, offset, scale, out) },
+        _ => dot_rows_scalar(q, rows, stride, offset, scale, out),
+    }
+}
+
+/// Scalar twin of [`dot_rows`].
+pub fn dot_rows_scalar(q: &[f32], rows: &[f32], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot_f32_scalar(q, &rows[j * stride + offset..][..q.len()]) * scale;
+    }
+}
+
+/// Weighted sum of strided rows into `y`: `y = fma(p[j], row_j, y)` for j in
+/// order, with `row_j = rows[j·stride + offset ..][..y.len()]` (one value
+/// head per cached position). The same bits as that loop of [`axpy`] calls;
+/// `y` stays in registers across the rows.
+pub fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, offset: usize) {
+    if let Some(last) = p.len().checked_sub(1) {
+        assert!(last * stride + offset + y.len() <= rows.len(), "axpy_rows: rows too short");
+    }
+    match simd_level() {
+        // SAFETY: AVX2/FMA checked by simd_level; every row is in bounds (asserted above).
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::axpy_rows(y, p, rows, stride, offset) },
+        _ => axpy_rows_scalar(y, p, rows, stride, offset),
+    }
+}
+
+/// Scalar twin of [`axpy_rows`].
+pub fn axpy_rows_scalar(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, offset: usize) {
+    let n = y.len();
+    for (j, &pj) in p.iter().enumerate() {
+        for (yi, xi) in y.iter_mut().zip(&rows[j * stride + offset..][..n]) {
+            *yi = pj.mul_add(*xi, *yi);
+        }
+    }
+}
+
 /// x[i] = exp(x[i] - sub)
 #[inline]
 pub fn exp_sub_inplace(x: &mut [f32], sub: f32) {
@@ -221,6 +271,40 @@ mod tests {
                 let y2: Vec<f32> = b.iter().zip(&a).map(|(y, x)| 0.3f32.mul_add(*x, *y)).collect();
                 assert!(y1.iter().zip(&y2).all(|(p, q)| p.to_bits() == q.to_bits()));
             }
+        }
+    }
+
+    /// The strided attention ops give the bits of their per-row loops, on
+    /// the SIMD path (64-wide heads in registers, other widths per row) and
+    /// the scalar twins.
+    #[test]
+    fn row_ops_equal_their_per_row_loops() {
+        for hd in [8, 40, 64, 256] {
+            let (stride, offset, n) = (3 * hd + 8, hd + 8, 37);
+            let rows = data((n - 1) * stride + offset + hd, 2.0);
+            let q = data(hd + 3, 1.5)[3..].to_vec();
+            let p = data(n + 5, 1.0)[5..].to_vec();
+            let scale = 0.125;
+            let want: Vec<f32> = (0..n).map(|j| dot_f32_scalar(&q, &rows[j * stride + offset..][..hd]) * scale).collect();
+            let mut got = vec![0f32; n];
+            dot_rows(&q, &rows, stride, offset, scale, &mut got);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dot_rows hd {hd}");
+            dot_rows_scalar(&q, &rows, stride, offset, scale, &mut got);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dot_rows_scalar hd {hd}");
+
+            let y0 = data(hd + 9, 0.5)[9..].to_vec();
+            let mut want = y0.clone();
+            for (j, &pj) in p.iter().enumerate() {
+                for (yi, xi) in want.iter_mut().zip(&rows[j * stride + offset..][..hd]) {
+                    *yi = pj.mul_add(*xi, *yi);
+                }
+            }
+            let mut got = y0.clone();
+            axpy_rows(&mut got, &p, &rows, stride, offset);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows hd {hd}");
+            let mut got = y0.clone();
+            axpy_rows_scalar(&mut got, &p, &rows, stride, offset);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows_scalar hd {hd}");
         }
     }
 }

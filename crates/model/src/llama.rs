@@ -496,17 +496,13 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
                 let n_ctx = pos + 1;
                 let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
                 sc.resize(n_ctx, 0.0);
-                for (j, s) in sc.iter_mut().enumerate() {
-                    let kj = &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd];
-                    *s = ops::dot_f32(qh, kj) * scale;
-                }
+                // key and value head kvh of positions 0..n_ctx, in order
+                ops::dot_rows(qh, kc, kvd, kvh * hd, scale, &mut sc[..n_ctx]);
                 ops::softmax_inplace(&mut sc[..n_ctx]);
                 // SAFETY: unit u owns out[i*qd + h*hd .. +hd].
                 let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(i * qd + h * hd), hd) };
                 o.iter_mut().for_each(|v| *v = 0.0);
-                for (j, &p) in sc[..n_ctx].iter().enumerate() {
-                    ops::axpy(o, p, &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]);
-                }
+                ops::axpy_rows(o, &sc[..n_ctx], vc, kvd, kvh * hd);
             }
         });
     });

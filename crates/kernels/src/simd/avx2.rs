@@ -270,6 +270,64 @@ pub(crate) unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// `ops::dot_rows`: a [`dot_f32`] per row (same lanes, same horizontal sum),
+/// with a 64-wide query (the usual head size) held in registers.
+///
+/// # Safety
+/// AVX2/FMA available; `rows` holds `(out.len() − 1)·stride + offset + q.len()`
+/// values (the safe wrapper asserts it).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_rows(q: &[f32], rows: &[f32], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+    let base = rows.as_ptr().add(offset);
+    if q.len() == 64 {
+        let qv: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(q.as_ptr().add(8 * c)));
+        for (j, o) in out.iter_mut().enumerate() {
+            let r = base.add(j * stride);
+            let mut acc = _mm256_setzero_ps();
+            for (c, qc) in qv.iter().enumerate() {
+                acc = _mm256_fmadd_ps(*qc, _mm256_loadu_ps(r.add(8 * c)), acc);
+            }
+            *o = hsum8(acc) * scale;
+        }
+    } else {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = dot_f32(q, std::slice::from_raw_parts(base.add(j * stride), q.len())) * scale;
+        }
+    }
+}
+
+/// `ops::axpy_rows`: an [`axpy`] per row in order, with a 64-wide `y` held
+/// in registers (each element sees the same fused multiply-adds in the same
+/// order).
+///
+/// # Safety
+/// AVX2/FMA available; `rows` holds `(p.len() − 1)·stride + offset + y.len()`
+/// values (the safe wrapper asserts it).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, offset: usize) {
+    let base = rows.as_ptr().add(offset);
+    if y.len() == 64 {
+        let mut acc: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(y.as_ptr().add(8 * c)));
+        for (j, &pj) in p.iter().enumerate() {
+            let r = base.add(j * stride);
+            let pv = _mm256_set1_ps(pj);
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r.add(8 * c)), *a);
+            }
+        }
+        for (c, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(y.as_mut_ptr().add(8 * c), *a);
+        }
+    } else {
+        let n = y.len();
+        for (j, &pj) in p.iter().enumerate() {
+            axpy(y, pj, std::slice::from_raw_parts(base.add(j * stride), n));
+        }
+    }
+}
+
 /// Sum with the 8-lane structure of `ops::sum_f32_scalar`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
