@@ -956,16 +956,13 @@ fn block_attention(pool: &ThreadPool, c: &DSparkConfig, cache: &KvCache, layer: 
             let (i, h) = (u / c.n_head, u % c.n_head);
             let kvh = h / group;
             let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
-            for (j, s) in sc.iter_mut().enumerate() {
-                *s = ops::dot_f32(qh, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale;
-            }
+            // key and value head kvh of rows 0..n_ctx, in order (see llama's attention)
+            ops::dot_rows(qh, kc, kvd, kvh * hd, scale, &mut sc);
             ops::softmax_inplace(&mut sc);
             // SAFETY: unit u owns out[i*qd + h*hd .. +hd].
             let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(i * qd + h * hd), hd) };
             o.iter_mut().for_each(|v| *v = 0.0);
-            for (j, &p) in sc.iter().enumerate() {
-                ops::axpy(o, p, &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]);
-            }
+            ops::axpy_rows(o, &sc, vc, kvd, kvh * hd);
         }
     });
 }
