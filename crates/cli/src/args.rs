@@ -174,6 +174,15 @@ pub struct TrainMtpArgs {
     /// Stop after generating the data.
     #[arg(long)]
     pub gen_only: bool,
+    /// When the --data file is missing, rebuild it from this token file
+    /// (`models/support/data/*.tokens.gz`) by one target pass instead of
+    /// generating it: the same bytes, about three times sooner.
+    #[arg(long, value_name = "FILE")]
+    pub from_tokens: Option<PathBuf>,
+    /// Write the token file of the --data file (its tokens and prompt
+    /// lengths, gzipped), from which --from-tokens rebuilds it.
+    #[arg(long, value_name = "FILE")]
+    pub write_tokens: Option<PathBuf>,
     /// Continue training from this support file (same draft vocabulary).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,

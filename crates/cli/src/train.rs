@@ -116,6 +116,26 @@ fn load_or_generate(
     }
 }
 
+/// Rebuild a data file from its token file and save it.
+fn rebuild(engine: &std::sync::Arc<tandem_engine::Engine>, tokens: &std::path::Path, data_path: &std::path::Path) -> Result<Dataset> {
+    let t0 = Instant::now();
+    let tf = tandem_train::data::TokenFile::load(tokens)?;
+    let d = Dataset::rebuild(engine, &tf).with_context(|| format!("rebuilding from {}", tokens.display()))?;
+    if let Some(dir) = data_path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    d.save(data_path).with_context(|| format!("saving {}", data_path.display()))?;
+    eprintln!(
+        "rebuilt {} sequences, {} tokens from {} in {:.0} s -> {}",
+        d.seqs.len(),
+        d.tokens(),
+        tokens.display(),
+        t0.elapsed().as_secs_f64(),
+        data_path.display()
+    );
+    Ok(d)
+}
+
 /// Append the sequences of existing data files (`--also-data`); `each` is
 /// told every file and its number of sequences.
 fn append_data(data: &mut Dataset, files: &[PathBuf], mut each: impl FnMut(&std::path::Path, usize)) -> Result<()> {
@@ -174,7 +194,14 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
         openers: a.prompt_openers,
         text: a.text_dir.clone().filter(|_| a.text_prompts > 0).map(|d| (d, a.text_prompts)),
     };
-    let mut data = load_or_generate(&engine, &data_path, src, a.max_new, a.sampled_share, a.seed, a.parallel)?;
+    let mut data = match &a.from_tokens {
+        Some(tokens) if !data_path.exists() => rebuild(&engine, tokens, &data_path)?,
+        _ => load_or_generate(&engine, &data_path, src, a.max_new, a.sampled_share, a.seed, a.parallel)?,
+    };
+    if let Some(p) = &a.write_tokens {
+        data.save_tokens(p).with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("wrote the tokens of {} sequences to {}", data.seqs.len(), p.display());
+    }
     if a.gen_only {
         return Ok(());
     }

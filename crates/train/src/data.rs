@@ -5,6 +5,14 @@
 //!
 //! Stored as one little-endian binary file: a header, then per sequence
 //! `len, prompt_len, tokens[len], argmax[len], hidden[len × d] (f16)`.
+//!
+//! Everything but the tokens is a function of the tokens: the target's
+//! kernels give each row the same bits in a prefill as in the decode step that
+//! made it. So a data file can be kept as a small token file (tokens and
+//! prompt lengths, gzipped; [`Dataset::save_tokens`]) and rebuilt by one
+//! prefill pass per sequence ([`Dataset::rebuild`]), about three times faster
+//! than generating it and byte-identical to it. The token files of the data
+//! behind the committed support models are in `models/support/data/`.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
@@ -19,6 +27,7 @@ use tandem_spec::sampling::{argmax, Sampler, SamplerParams};
 use tandem_tokenizer::ChatMessage;
 
 const MAGIC: &[u8; 8] = b"TDMDATA1";
+const TOKENS_MAGIC: &[u8; 8] = b"TDMTOKS1";
 
 #[derive(Debug, Clone, Default)]
 pub struct Sequence {
@@ -221,6 +230,136 @@ impl Dataset {
             seqs.push(Sequence { tokens, argmax, hidden, prompt_len });
         }
         Ok(Dataset { d, vocab_hash, seqs })
+    }
+}
+
+/// The tokens of a data file: per sequence its tokens and where the prompt ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenFile {
+    pub vocab_hash: u64,
+    pub seqs: Vec<(Vec<u32>, usize)>,
+}
+
+impl TokenFile {
+    /// Gzipped little-endian: magic, vocab hash, sequence count, then per
+    /// sequence `len, prompt_len` (u32) and the tokens as u16 when the
+    /// vocabulary fits (a header byte says 2 or 4 bytes per token).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        use flate2::{write::GzEncoder, Compression};
+        let wide = self.seqs.iter().flat_map(|(t, _)| t).any(|&t| t > u16::MAX as u32);
+        let tmp = path.with_extension("tmp");
+        let f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut w = GzEncoder::new(BufWriter::new(f), Compression::best());
+        w.write_all(TOKENS_MAGIC)?;
+        w.write_all(&self.vocab_hash.to_le_bytes())?;
+        w.write_all(&(self.seqs.len() as u64).to_le_bytes())?;
+        w.write_all(&[if wide { 4 } else { 2 }])?;
+        for (toks, prompt_len) in &self.seqs {
+            w.write_all(&(toks.len() as u32).to_le_bytes())?;
+            w.write_all(&(*prompt_len as u32).to_le_bytes())?;
+            for &t in toks {
+                if wide {
+                    w.write_all(&t.to_le_bytes())?;
+                } else {
+                    w.write_all(&(t as u16).to_le_bytes())?;
+                }
+            }
+        }
+        w.finish()?.flush()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+
+    pub fn load(path: &Path) -> Result<TokenFile> {
+        let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let mut r = BufReader::new(flate2::read::GzDecoder::new(BufReader::new(f)));
+        let bad = |what: &str| anyhow::anyhow!("{}: {what}", path.display());
+        let mut hdr = [0u8; 25];
+        r.read_exact(&mut hdr).map_err(|_| bad("not a gzipped tandem token file"))?;
+        if &hdr[..8] != TOKENS_MAGIC {
+            bail!("{}: not a tandem token file", path.display());
+        }
+        let u = |i: usize| u64::from_le_bytes(hdr[i..i + 8].try_into().unwrap());
+        let (vocab_hash, n, width) = (u(8), u(16), hdr[24] as usize);
+        if n > 1 << 24 || !matches!(width, 2 | 4) {
+            return Err(bad("implausible header"));
+        }
+        let mut seqs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let mut h = [0u8; 8];
+            r.read_exact(&mut h).map_err(|_| bad("truncated"))?;
+            let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
+            let prompt_len = u32::from_le_bytes(h[4..].try_into().unwrap()) as usize;
+            if len > 1 << 20 || prompt_len > len {
+                return Err(bad("corrupt sequence header"));
+            }
+            let mut b = vec![0u8; len * width];
+            r.read_exact(&mut b).map_err(|_| bad("truncated"))?;
+            let toks = if width == 2 {
+                b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32).collect()
+            } else {
+                b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            };
+            seqs.push((toks, prompt_len));
+        }
+        Ok(TokenFile { vocab_hash, seqs })
+    }
+}
+
+impl Dataset {
+    /// The tokens of this data (what [`Dataset::rebuild`] needs).
+    pub fn token_file(&self) -> TokenFile {
+        TokenFile { vocab_hash: self.vocab_hash, seqs: self.seqs.iter().map(|s| (s.tokens.clone(), s.prompt_len)).collect() }
+    }
+
+    pub fn save_tokens(&self, path: &Path) -> Result<()> {
+        self.token_file().save(path)
+    }
+
+    /// The data file these tokens came from: the target runs over each
+    /// sequence (prefill, 256 positions per forward) and keeps what
+    /// [`Dataset::generate`] kept at every position, the argmax and the last
+    /// block's output, with the same bits.
+    pub fn rebuild(engine: &Arc<Engine>, tokens: &TokenFile) -> Result<Dataset> {
+        anyhow::ensure!(
+            tokens.vocab_hash == engine.tokenizer.vocab_hash(),
+            "the token file was made with another vocabulary (hash {:016x}, this model {:016x})",
+            tokens.vocab_hash,
+            engine.tokenizer.vocab_hash()
+        );
+        let model = &engine.model;
+        let (d, vocab) = (model.cfg.d_model, model.cfg.vocab);
+        let taps = [HiddenTap::Layer(model.cfg.n_layer - 1)];
+        let total: usize = tokens.seqs.iter().map(|(t, _)| t.len()).sum();
+        let pb = ProgressBar::new(total as u64);
+        pb.set_style(
+            ProgressStyle::with_template("rebuilding {bar:30} {pos}/{len} positions [{elapsed_precise}<{eta_precise}]").unwrap(),
+        );
+        let mut out = ForwardOutput::default();
+        let mut seqs = Vec::with_capacity(tokens.seqs.len());
+        for (i, (toks, prompt_len)) in tokens.seqs.iter().enumerate() {
+            if let Some(&t) = toks.iter().find(|&&t| t as usize >= vocab) {
+                bail!("sequence {i}: token {t} is outside the vocabulary ({vocab})");
+            }
+            let mut seq = Sequence { tokens: toks.clone(), prompt_len: *prompt_len, ..Default::default() };
+            seq.argmax.reserve(toks.len());
+            seq.hidden.reserve(toks.len() * d);
+            let mut cache = model.new_cache(toks.len().max(1));
+            for chunk in toks.chunks(256) {
+                model.forward(&engine.pool, &mut cache, chunk, &LogitRows::All, &taps, &mut out)?;
+                for r in 0..chunk.len() {
+                    seq.argmax.push(argmax(out.logits_row(r)) as u32);
+                }
+                seq.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
+                pb.inc(chunk.len() as u64);
+            }
+            if pb.is_hidden() && (i + 1) % 200 == 0 {
+                eprintln!("rebuilding: {}/{} sequences, {:.0} s", i + 1, tokens.seqs.len(), pb.elapsed().as_secs_f64());
+            }
+            seqs.push(seq);
+        }
+        pb.finish();
+        Ok(Dataset { d, vocab_hash: tokens.vocab_hash, seqs })
     }
 }
 
