@@ -116,15 +116,29 @@ fn load_or_generate(
     }
 }
 
-/// Rebuild a data file from its token file and save it.
-fn rebuild(engine: &std::sync::Arc<tandem_engine::Engine>, tokens: &std::path::Path, data_path: &std::path::Path) -> Result<Dataset> {
+/// Where the target features of `layers` for a data file are cached (shared
+/// by `train dspark` and the fused MTP heads of `train mtp`).
+fn feature_cache_path(data: &std::path::Path, layers: &[usize]) -> PathBuf {
+    let l: Vec<String> = layers.iter().map(|l| l.to_string()).collect();
+    data.with_extension(format!("dspark-l{}.feats", l.join("-")))
+}
+
+/// Rebuild a data file from its token file and save it; with `layers`, the
+/// feature cache of those target layers is written from the same pass.
+fn rebuild(engine: &std::sync::Arc<tandem_engine::Engine>, tokens: &std::path::Path, data_path: &std::path::Path, layers: &[usize]) -> Result<Dataset> {
     let t0 = Instant::now();
     let tf = tandem_train::data::TokenFile::load(tokens)?;
-    let d = Dataset::rebuild(engine, &tf).with_context(|| format!("rebuilding from {}", tokens.display()))?;
+    let (d, rows) = Dataset::rebuild_with_features(engine, &tf, layers).with_context(|| format!("rebuilding from {}", tokens.display()))?;
     if let Some(dir) = data_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     d.save(data_path).with_context(|| format!("saving {}", data_path.display()))?;
+    if !layers.is_empty() {
+        let p = feature_cache_path(data_path, layers);
+        let f = tandem_train::dspark::Features { width: layers.len() * d.d, rows };
+        f.save(&p).with_context(|| format!("saving {}", p.display()))?;
+        eprintln!("wrote target features (layers {layers:?}) -> {}", p.display());
+    }
     eprintln!(
         "rebuilt {} sequences, {} tokens from {} in {:.0} s -> {}",
         d.seqs.len(),
@@ -154,10 +168,9 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     // the data of `train mtp` with its default generation settings
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, false, 0, 160, 0.25, a.seed));
     let mut data = load_or_generate(&engine, &data_path, PromptSource { builtin: 448, target: 0, temp: 1.0, openers: false, text: None }, 160, 0.25, a.seed, 8)?;
-    let layers: Vec<String> = a.target_layers.iter().map(|l| l.to_string()).collect();
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
         seqs,
-        path: (!a.no_feature_cache).then(|| p.with_extension(format!("dspark-l{}.feats", layers.join("-")))),
+        path: (!a.no_feature_cache).then(|| feature_cache_path(p, &a.target_layers)),
     };
     let mut feature_cache = vec![cache_of(&data_path, data.seqs.len())];
     append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;
@@ -195,7 +208,7 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
         text: a.text_dir.clone().filter(|_| a.text_prompts > 0).map(|d| (d, a.text_prompts)),
     };
     let mut data = match &a.from_tokens {
-        Some(tokens) if !data_path.exists() => rebuild(&engine, tokens, &data_path)?,
+        Some(tokens) if !data_path.exists() => rebuild(&engine, tokens, &data_path, &a.fused_layers)?,
         _ => load_or_generate(&engine, &data_path, src, a.max_new, a.sampled_share, a.seed, a.parallel)?,
     };
     if let Some(p) = &a.write_tokens {
@@ -205,11 +218,10 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
     if a.gen_only {
         return Ok(());
     }
-    let layers: Vec<String> = a.fused_layers.iter().map(|l| l.to_string()).collect();
     // the same cache files as `train dspark` with the same layers
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
         seqs,
-        path: Some(p.with_extension(format!("dspark-l{}.feats", layers.join("-")))),
+        path: Some(feature_cache_path(p, &a.fused_layers)),
     };
     let mut feature_cache = vec![cache_of(&data_path, data.seqs.len())];
     append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;

@@ -321,6 +321,14 @@ impl Dataset {
     /// [`Dataset::generate`] kept at every position, the argmax and the last
     /// block's output, with the same bits.
     pub fn rebuild(engine: &Arc<Engine>, tokens: &TokenFile) -> Result<Dataset> {
+        Ok(Self::rebuild_with_features(engine, tokens, &[])?.0)
+    }
+
+    /// [`rebuild`](Self::rebuild), also keeping the inputs of `feature_layers`
+    /// (1-based target layers) at every position in the same pass: per
+    /// sequence `len × (m·d)` f16 rows, the layers concatenated, the layout of
+    /// the DSpark feature caches (`dspark::Features`).
+    pub fn rebuild_with_features(engine: &Arc<Engine>, tokens: &TokenFile, feature_layers: &[usize]) -> Result<(Dataset, Vec<Vec<f16>>)> {
         anyhow::ensure!(
             tokens.vocab_hash == engine.tokenizer.vocab_hash(),
             "the token file was made with another vocabulary (hash {:016x}, this model {:016x})",
@@ -329,7 +337,15 @@ impl Dataset {
         );
         let model = &engine.model;
         let (d, vocab) = (model.cfg.d_model, model.cfg.vocab);
-        let taps = [HiddenTap::Layer(model.cfg.n_layer - 1)];
+        if let Some(&l) = feature_layers.iter().find(|&&l| l == 0 || l > model.cfg.n_layer) {
+            bail!("feature layer {l} is out of range (1..={})", model.cfg.n_layer);
+        }
+        let m = feature_layers.len();
+        let taps: Vec<HiddenTap> = std::iter::once(model.cfg.n_layer - 1)
+            .chain(feature_layers.iter().map(|&l| l - 1))
+            .map(HiddenTap::Layer)
+            .collect();
+        let mut feats = Vec::with_capacity(if m > 0 { tokens.seqs.len() } else { 0 });
         let total: usize = tokens.seqs.iter().map(|(t, _)| t.len()).sum();
         let pb = ProgressBar::new(total as u64);
         pb.set_style(
@@ -345,13 +361,25 @@ impl Dataset {
             seq.argmax.reserve(toks.len());
             seq.hidden.reserve(toks.len() * d);
             let mut cache = model.new_cache(toks.len().max(1));
-            for chunk in toks.chunks(256) {
+            let mut f = vec![f16::ZERO; if m > 0 { toks.len() * m * d } else { 0 }];
+            for (ci, chunk) in toks.chunks(256).enumerate() {
                 model.forward(&engine.pool, &mut cache, chunk, &LogitRows::All, &taps, &mut out)?;
                 for r in 0..chunk.len() {
                     seq.argmax.push(argmax(out.logits_row(r)) as u32);
                 }
                 seq.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
+                for (t, h) in out.hidden[1..].iter().enumerate() {
+                    for r in 0..chunk.len() {
+                        let dst = ((ci * 256 + r) * m + t) * d;
+                        for (o, &v) in f[dst..dst + d].iter_mut().zip(&h[r * d..(r + 1) * d]) {
+                            *o = f16::from_f32(v);
+                        }
+                    }
+                }
                 pb.inc(chunk.len() as u64);
+            }
+            if m > 0 {
+                feats.push(f);
             }
             if pb.is_hidden() && (i + 1) % 200 == 0 {
                 eprintln!("rebuilding: {}/{} sequences, {:.0} s", i + 1, tokens.seqs.len(), pb.elapsed().as_secs_f64());
@@ -359,7 +387,7 @@ impl Dataset {
             seqs.push(seq);
         }
         pb.finish();
-        Ok(Dataset { d, vocab_hash: tokens.vocab_hash, seqs })
+        Ok((Dataset { d, vocab_hash: tokens.vocab_hash, seqs }, feats))
     }
 }
 

@@ -12,14 +12,17 @@ use tandem_train::data::{Dataset, GenConfig, TokenFile};
 fn rebuilt_data_is_byte_identical_to_generated_data() {
     let path = ensure_model(&DEFAULT_MODEL, &models_dir(), false).expect("fetch the default model");
     let engine = Arc::new(Engine::load(path, 2).expect("load"));
-    let prompts: Vec<String> =
+    let mut prompts: Vec<String> =
         ["Name three colours.", "Write a haiku about rain.", "What is 12 times 7?"].iter().map(|s| s.to_string()).collect();
+    // one sequence longer than a 256-position prefill chunk
+    prompts.push(format!("Summarize: {}", "The river rises in the hills and runs to the sea past farms and towns. ".repeat(20)));
     // greedy and sampled answers, several decoded together
     let cfg = GenConfig { max_new: 40, sampled_share: 0.5, temp: 0.8, seed: 5, parallel: 3 };
     let gen = Dataset::generate(&engine, &prompts, &cfg).unwrap();
     let dir = std::env::temp_dir().join(format!("tandem-rebuild-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (toks, a, b) = (dir.join("d.tokens.gz"), dir.join("gen.bin"), dir.join("rebuilt.bin"));
+    assert!(gen.seqs.iter().any(|s| s.tokens.len() > 256));
     gen.save_tokens(&toks).unwrap();
     let tf = TokenFile::load(&toks).unwrap();
     assert_eq!(tf, gen.token_file());
@@ -28,6 +31,17 @@ fn rebuilt_data_is_byte_identical_to_generated_data() {
     rebuilt.save(&b).unwrap();
     let (x, y) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
     assert!(x == y, "rebuilt data differs from the generated data");
+    // target features from the same pass equal those of the feature pass
+    let layers = [2, 10, 30];
+    let (again, rows) = Dataset::rebuild_with_features(&engine, &tf, &layers).unwrap();
+    let want = tandem_train::dspark::Features::compute(&engine, &gen.seqs, &layers).unwrap();
+    assert_eq!(rows.len(), want.rows.len());
+    for (r, w) in rows.iter().zip(&want.rows) {
+        assert!(r.len() == w.len() && r.iter().zip(w).all(|(p, q)| p.to_bits() == q.to_bits()), "features differ");
+    }
+    again.save(&b).unwrap();
+    assert!(std::fs::read(&b).unwrap() == x, "data rebuilt with features differs");
+    assert!(Dataset::rebuild_with_features(&engine, &tf, &[31]).is_err());
     std::fs::remove_dir_all(&dir).ok();
 }
 
