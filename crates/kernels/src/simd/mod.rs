@@ -7,6 +7,29 @@
 
 use std::sync::OnceLock;
 
+/// Unpack one Q4x8 group block at byte pointer `$p` (see `pack`): the eight
+/// column scales and mins as f32 and the 256 nibbles as eight byte vectors,
+/// `r[j]` holding elements 4j..4j+4 of each column (low nibbles for j < 4,
+/// high nibbles, elements 16+4(j−4).., for j ≥ 4). Shared by the AVX2 and VNNI
+/// Q4x8 kernels; a macro rather than a function so it expands inside each
+/// kernel's own target features. Needs AVX2 and F16C, and `$p` valid for
+/// `Q4X8_BLOCK` bytes.
+#[cfg(target_arch = "x86_64")]
+macro_rules! unpack_q4x8_block {
+    ($p:expr, $m4:expr) => {{
+        let p: *const u8 = $p;
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        let mut r = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let pj = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+            r[j] = _mm256_and_si256(pj, $m4);
+            r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), $m4);
+        }
+        (dv, mv, r)
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -35,15 +35,7 @@ macro_rules! vnni_kernels {
             let mut acc = [_mm256_setzero_ps(); MR];
             let mut summ = [_mm256_setzero_ps(); MR];
             for b in 0..nb {
-                let p = grp.as_ptr().add(b * Q4X8_BLOCK);
-                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
-                let mut r = [_mm256_setzero_si256(); 8];
-                for j in 0..4 {
-                    let pj = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
-                    r[j] = _mm256_and_si256(pj, m4);
-                    r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
-                }
+                let (dv, mv, r) = unpack_q4x8_block!(grp.as_ptr().add(b * Q4X8_BLOCK), m4);
                 for m in 0..MR {
                     let ab = a[m].get_unchecked(b);
                     let q = ab.qs.as_ptr() as *const i32;
