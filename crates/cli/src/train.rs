@@ -104,16 +104,16 @@ fn load_or_generate(
         let cfg = GenConfig { max_new, sampled_share, temp: 0.8, seed, parallel };
         let d = Dataset::generate(engine, &prompts, &cfg)?;
         d.save(data_path).with_context(|| format!("saving {}", data_path.display()))?;
-        eprintln!(
-            "generated {} sequences, {} tokens ({} generated) in {:.0} s -> {}",
-            d.seqs.len(),
-            d.tokens(),
-            d.generated_tokens(),
-            t0.elapsed().as_secs_f64(),
-            data_path.display()
-        );
+        say_made("generated", &d, t0, data_path);
         Ok(d)
     }
+}
+
+/// One line on a data file just made.
+fn say_made(how: &str, d: &Dataset, t0: Instant, path: &std::path::Path) {
+    let secs = t0.elapsed().as_secs_f64();
+    let (n, tokens, generated) = (d.seqs.len(), d.tokens(), d.generated_tokens());
+    eprintln!("{how} {n} sequences, {tokens} tokens ({generated} generated) in {secs:.0} s -> {}", path.display());
 }
 
 /// Where the target features of `layers` for a data file are cached (shared
@@ -139,14 +139,7 @@ fn rebuild(engine: &std::sync::Arc<tandem_engine::Engine>, tokens: &std::path::P
         f.save(&p).with_context(|| format!("saving {}", p.display()))?;
         eprintln!("wrote target features (layers {layers:?}) -> {}", p.display());
     }
-    eprintln!(
-        "rebuilt {} sequences, {} tokens from {} in {:.0} s -> {}",
-        d.seqs.len(),
-        d.tokens(),
-        tokens.display(),
-        t0.elapsed().as_secs_f64(),
-        data_path.display()
-    );
+    say_made(&format!("rebuilt from {}:", tokens.display()), &d, t0, data_path);
     Ok(d)
 }
 
