@@ -1,0 +1,37 @@
+//! The token files committed under `models/support/data/` (the data behind the
+//! committed support models, see `models/support/README.md`) load, belong to
+//! the default model's vocabulary and hold the sequences the README reports.
+
+use std::path::PathBuf;
+
+use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
+use tandem_train::data::TokenFile;
+
+/// File, sequences, positions (the figures in `models/support/README.md`).
+const FILES: &[(&str, usize, usize)] = &[
+    ("mtp-p448", 448, 71_987),
+    ("mtp-x1500", 1_500, 380_754),
+    ("mtp-p1500-t1500", 3_000, 550_751),
+    ("mtp-t2000-s7", 2_000, 463_368),
+    ("mtp-to2000-s11", 2_000, 405_882),
+];
+
+#[test]
+fn committed_token_files_fit_the_default_model() {
+    let path = ensure_model(&DEFAULT_MODEL, &models_dir(), false).expect("fetch the default model");
+    let g = tandem_gguf::Gguf::open(&path).expect("open the default model");
+    let tok = tandem_tokenizer::Tokenizer::from_gguf(&g).expect("tokenizer");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/support/data");
+    for &(name, seqs, positions) in FILES {
+        let p = dir.join(format!("{name}.tokens.gz"));
+        let tf = TokenFile::load(&p).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+        assert_eq!(tf.vocab_hash, tok.vocab_hash(), "{name}: another vocabulary");
+        assert_eq!(tf.seqs.len(), seqs, "{name}: sequences");
+        assert_eq!(tf.seqs.iter().map(|(t, _)| t.len()).sum::<usize>(), positions, "{name}: positions");
+        let vocab = tok.vocab_size() as u32;
+        for (i, (t, prompt_len)) in tf.seqs.iter().enumerate() {
+            assert!(*prompt_len > 0 && *prompt_len <= t.len(), "{name}: sequence {i} prompt length");
+            assert!(t.iter().all(|&x| x < vocab), "{name}: sequence {i} has a token outside the vocabulary");
+        }
+    }
+}
