@@ -93,11 +93,14 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     match simd_level() {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => unsafe { crate::simd::avx2::axpy(y, a, x) },
-        _ => {
-            for (yi, xi) in y.iter_mut().zip(x) {
-                *yi = a.mul_add(*xi, *yi);
-            }
-        }
+        _ => axpy_scalar(y, a, x),
+    }
+}
+
+/// Scalar twin of [`axpy`]: one fused multiply-add per element.
+pub fn axpy_scalar(y: &mut [f32], a: f32, x: &[f32]) {
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi = a.mul_add(*xi, *yi);
     }
 }
 
@@ -145,9 +148,7 @@ pub fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, offset: 
 pub fn axpy_rows_scalar(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, offset: usize) {
     let n = y.len();
     for (j, &pj) in p.iter().enumerate() {
-        for (yi, xi) in y.iter_mut().zip(&rows[j * stride + offset..][..n]) {
-            *yi = pj.mul_add(*xi, *yi);
-        }
+        axpy_scalar(y, pj, &rows[j * stride + offset..][..n]);
     }
 }
 
