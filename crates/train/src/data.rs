@@ -368,14 +368,7 @@ impl Dataset {
                     seq.argmax.push(argmax(out.logits_row(r)) as u32);
                 }
                 seq.hidden.extend(out.hidden[0].iter().map(|&v| f16::from_f32(v)));
-                for (t, h) in out.hidden[1..].iter().enumerate() {
-                    for r in 0..chunk.len() {
-                        let dst = ((ci * 256 + r) * m + t) * d;
-                        for (o, &v) in f[dst..dst + d].iter_mut().zip(&h[r * d..(r + 1) * d]) {
-                            *o = f16::from_f32(v);
-                        }
-                    }
-                }
+                scatter_taps(&out.hidden[1..], ci * 256, chunk.len(), d, &mut f);
                 pb.inc(chunk.len() as u64);
             }
             if m > 0 {
@@ -388,6 +381,21 @@ impl Dataset {
         }
         pb.finish();
         Ok((Dataset { d, vocab_hash: tokens.vocab_hash, seqs }, feats))
+    }
+}
+
+/// Store the tap rows of one forward (`taps[t]`: `rows × d`, the forward's
+/// positions from `first` on) into a sequence's feature rows `f`, laid out
+/// `position × (taps·d)` as f16: the layout of the feature caches.
+pub(crate) fn scatter_taps(taps: &[Vec<f32>], first: usize, rows: usize, d: usize, f: &mut [f16]) {
+    let m = taps.len();
+    for (t, h) in taps.iter().enumerate() {
+        for r in 0..rows {
+            let dst = ((first + r) * m + t) * d;
+            for (o, &v) in f[dst..dst + d].iter_mut().zip(&h[r * d..(r + 1) * d]) {
+                *o = f16::from_f32(v);
+            }
+        }
     }
 }
 

@@ -151,14 +151,7 @@ impl Features {
             while c0 < n {
                 let c1 = (c0 + 256).min(n);
                 model.forward(&engine.pool, &mut cache, &s.tokens[c0..c1], &LogitRows::None, &taps, &mut out)?;
-                for (t, h) in out.hidden.iter().enumerate() {
-                    for r in 0..c1 - c0 {
-                        let dst = ((c0 + r) * m + t) * d;
-                        for (o, &v) in f[dst..dst + d].iter_mut().zip(&h[r * d..(r + 1) * d]) {
-                            *o = f16::from_f32(v);
-                        }
-                    }
-                }
+                crate::data::scatter_taps(&out.hidden, c0, c1 - c0, d, &mut f);
                 c0 = c1;
             }
             done += n;
