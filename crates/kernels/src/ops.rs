@@ -280,8 +280,8 @@ mod tests {
     /// the scalar twins.
     #[test]
     fn row_ops_equal_their_per_row_loops() {
-        for hd in [8, 40, 64, 256] {
-            let (stride, offset, n) = (3 * hd + 8, hd + 8, 37);
+        for (hd, n) in [8, 40, 64, 256].into_iter().flat_map(|hd| [1, 3, 4, 5, 8, 37].map(|n| (hd, n))) {
+            let (stride, offset) = (3 * hd + 8, hd + 8);
             let rows = data((n - 1) * stride + offset + hd, 2.0);
             let q = data(hd + 3, 1.5)[3..].to_vec();
             let p = data(n + 5, 1.0)[5..].to_vec();
@@ -289,7 +289,7 @@ mod tests {
             let want: Vec<f32> = (0..n).map(|j| dot_f32_scalar(&q, &rows[j * stride + offset..][..hd]) * scale).collect();
             let mut got = vec![0f32; n];
             dot_rows(&q, &rows, stride, offset, scale, &mut got);
-            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dot_rows hd {hd}");
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dot_rows hd {hd} n {n}");
             dot_rows_scalar(&q, &rows, stride, offset, scale, &mut got);
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dot_rows_scalar hd {hd}");
 
@@ -302,7 +302,7 @@ mod tests {
             }
             let mut got = y0.clone();
             axpy_rows(&mut got, &p, &rows, stride, offset);
-            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows hd {hd}");
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows hd {hd} n {n}");
             let mut got = y0.clone();
             axpy_rows_scalar(&mut got, &p, &rows, stride, offset);
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows_scalar hd {hd}");

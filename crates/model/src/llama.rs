@@ -489,7 +489,10 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
         SCORES.with(|sc| {
             let mut sc = sc.borrow_mut();
             for u in split_range(units, nt, t, 1) {
-                let (i, h) = (u / cfg.n_head, u % cfg.n_head);
+                // head-major: a thread's units share key/value heads across
+                // the rows of a verify batch, so the cache lines that one row
+                // brings in serve the next from this core's cache
+                let (h, i) = (u / m, u % m);
                 let (cache, pos) = kv.row(i);
                 let (kc, vc) = cache.layer(layer);
                 let kvh = h / group;

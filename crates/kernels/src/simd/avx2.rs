@@ -132,6 +132,25 @@ pub(crate) unsafe fn hsum8(v: __m256) -> f32 {
     _mm_cvtss_f32(r)
 }
 
+/// [`hsum8`] of four vectors at once, lane i of the result for `v[i]`: the
+/// same pairings in the same order (halves, then lanes 0+2 and 1+3, then
+/// those two), done on a transposed 4×4 block.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum8x4(v: [__m256; 4]) -> __m128 {
+    let t: [__m128; 4] = std::array::from_fn(|i| _mm_add_ps(_mm256_castps256_ps128(v[i]), _mm256_extractf128_ps(v[i], 1)));
+    // transpose: c[l] holds lane l of t[0..4]
+    let a01 = _mm_unpacklo_ps(t[0], t[1]); // t0_0 t1_0 t0_1 t1_1
+    let a23 = _mm_unpacklo_ps(t[2], t[3]);
+    let b01 = _mm_unpackhi_ps(t[0], t[1]); // t0_2 t1_2 t0_3 t1_3
+    let b23 = _mm_unpackhi_ps(t[2], t[3]);
+    let c0 = _mm_movelh_ps(a01, a23);
+    let c1 = _mm_movehl_ps(a23, a01);
+    let c2 = _mm_movelh_ps(b01, b23);
+    let c3 = _mm_movehl_ps(b23, b01);
+    _mm_add_ps(_mm_add_ps(c0, c2), _mm_add_ps(c1, c3))
+}
+
 /// MR activation rows × NR weight rows of format F.
 /// `w[n]` is a whole weight row (nb · F::BYTES bytes), `a[m]` a whole activation row
 /// (nb · F::SUBS blocks). Writes `out[m][n]`.
@@ -282,7 +301,21 @@ pub(crate) unsafe fn dot_rows(q: &[f32], rows: &[f32], stride: usize, offset: us
     let base = rows.as_ptr().add(offset);
     if q.len() == 64 {
         let qv: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(q.as_ptr().add(8 * c)));
-        for (j, o) in out.iter_mut().enumerate() {
+        // four rows at a time: four independent FMA chains instead of one
+        // (each row's chain and horizontal sum are unchanged)
+        let quads = out.len() / 4;
+        let sv = _mm_set1_ps(scale);
+        for g in 0..quads {
+            let r: [*const f32; 4] = std::array::from_fn(|i| base.add((4 * g + i) * stride));
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (c, qc) in qv.iter().enumerate() {
+                for i in 0..4 {
+                    acc[i] = _mm256_fmadd_ps(*qc, _mm256_loadu_ps(r[i].add(8 * c)), acc[i]);
+                }
+            }
+            _mm_storeu_ps(out.as_mut_ptr().add(4 * g), _mm_mul_ps(hsum8x4(acc), sv));
+        }
+        for (j, o) in out.iter_mut().enumerate().skip(4 * quads) {
             let r = base.add(j * stride);
             let mut acc = _mm256_setzero_ps();
             for (c, qc) in qv.iter().enumerate() {
