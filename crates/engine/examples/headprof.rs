@@ -31,10 +31,13 @@ fn main() {
     // any hidden row will do for timing
     let d = e.model.cfg.d_model;
     let hid: Vec<f32> = (0..d).map(|i| ((i * 37) % 17) as f32 * 0.1 - 0.8).collect();
+    // a fused head also reads its target layers' rows (`fc` and their norms)
+    let feats = vec![0.5f32; head.fused_layers().len() * d];
+    let feats = (!feats.is_empty()).then_some(&feats[..]);
     let mut cache = head.new_cache(300);
     let (mut oh, mut lg) = (Vec::new(), Vec::new());
     for t in 0..ctx {
-        head.forward(&e.pool, &mut cache, &[t + 5], &hid, &mut oh, &mut lg).unwrap();
+        head.forward_fused(&e.pool, &mut cache, &[t + 5], &hid, feats, &mut oh, &mut lg).unwrap();
     }
     let head_base = cache.len();
     let mut out = ForwardOutput::default();
@@ -46,7 +49,7 @@ fn main() {
                 s.cache.truncate(base);
             }
             let t0 = Instant::now();
-            head.forward(&e.pool, &mut cache, &[77], &hid, &mut oh, &mut lg).unwrap();
+            head.forward_fused(&e.pool, &mut cache, &[77], &hid, feats, &mut oh, &mut lg).unwrap();
             ts.push(t0.elapsed().as_secs_f64() * 1e3);
             cache.truncate(head_base);
         }
