@@ -192,6 +192,12 @@ pub struct TrainMtpArgs {
     /// file, shared with `train dspark` for the same layers.
     #[arg(long, value_delimiter = ',')]
     pub fused_layers: Vec<usize>,
+    /// Give the head copy hints: the token that followed the latest earlier
+    /// occurrence of the longest suffix (up to N tokens, 1..=8) of the text so
+    /// far, and that suffix's length. From an `--init` head without them the
+    /// copy weights start at zero. 0: as the init file has it.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub copy_ngram: usize,
     #[command(flatten)]
     pub hyper: TrainHyper,
     /// Worker threads (default: physical cores).

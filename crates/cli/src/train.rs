@@ -190,6 +190,16 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     Ok(())
 }
 
+/// The fused layers an MTP support file declares (empty when it has none or
+/// cannot be read: the trainer reports a bad `--init` itself).
+fn init_fused_layers(init: &std::path::Path) -> Vec<usize> {
+    let Ok(g) = tandem_gguf::Gguf::open(init) else { return Vec::new() };
+    match g.get(tandem_model::mtp::keys::FUSED_LAYERS) {
+        Some(tandem_gguf::Value::Array(_, items)) => items.iter().filter_map(|v| v.as_i64()).map(|l| l as usize).collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.max_new, a.sampled_share, a.seed));
@@ -211,10 +221,15 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
     if a.gen_only {
         return Ok(());
     }
-    // the same cache files as `train dspark` with the same layers
+    // the same cache files as `train dspark` with the same layers; without
+    // --fused-layers, those of a fused --init head
+    let cache_layers = match (&a.fused_layers[..], &a.init) {
+        ([], Some(init)) => init_fused_layers(init),
+        (l, _) => l.to_vec(),
+    };
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
         seqs,
-        path: Some(feature_cache_path(p, &a.fused_layers)),
+        path: (!cache_layers.is_empty()).then(|| feature_cache_path(p, &cache_layers)),
     };
     let mut feature_cache = vec![cache_of(&data_path, data.seqs.len())];
     append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;
@@ -233,6 +248,7 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
         init: a.init.clone(),
         fused_layers: a.fused_layers.clone(),
         feature_cache,
+        copy_ngram: a.copy_ngram,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let report = tandem_train::mtp::train(&engine, &data, &cfg, &a.out)?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
 use common::rewrite;
 use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
-use tandem_model::mtp::{FusedWeights, MtpWeights};
+use tandem_model::mtp::{CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{Model, TargetId};
 
@@ -146,6 +146,39 @@ fn broken_and_mismatched_files_are_refused() {
         }
     });
     refused(&engine, "fused-shape.gguf", &narrow, &format!("blk.{n}.nextn.fc.weight' has shape [{}, {d}], expected [{}, {d}]", 2 * d, 4 * d));
+
+    // copy hints: the key and its three tensors go together, the n-gram
+    // length is 1..=8, the length table has one row per length
+    let mut cw = MtpWeights::init_from_target(&engine.model, 1);
+    cw.d2t = Some((0..4096).collect());
+    cw.copy = Some(CopyWeights::zero(4, d as usize));
+    let copy = cw.to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
+    engine.load_mtp_head(&{
+        let p = tmp("copy.gguf");
+        std::fs::write(&p, &copy).unwrap();
+        p
+    })
+    .expect("a valid head with copy hints loads");
+    let no_key = rewrite(&copy, |m, _| m.retain(|(k, _)| k != "tandem-mtp.copy_ngram_max"));
+    refused(&engine, "copy-nokey.gguf", &no_key, &format!("tensor blk.{n}.nextn.copy_norm.weight present but no tandem-mtp.copy_ngram_max"));
+    let no_proj = rewrite(&copy, |_, t| t.retain(|x| !x.name.ends_with("nextn.copy_proj.weight")));
+    refused(&engine, "copy-noproj.gguf", &no_proj, &format!("MTP tensor missing: blk.{n}.nextn.copy_proj.weight"));
+    let zero = rewrite(&copy, |m, _| {
+        for (k, v) in m.iter_mut() {
+            if k == "tandem-mtp.copy_ngram_max" {
+                *v = Value::U32(0);
+            }
+        }
+    });
+    refused(&engine, "copy-zero.gguf", &zero, "copy n-gram length 0 (need 1..=8)");
+    let longer = rewrite(&copy, |m, _| {
+        for (k, v) in m.iter_mut() {
+            if k == "tandem-mtp.copy_ngram_max" {
+                *v = Value::U32(6);
+            }
+        }
+    });
+    refused(&engine, "copy-len.gguf", &longer, &format!("blk.{n}.nextn.copy_len.weight' has shape [{}], expected [{}]", 5 * d, 7 * d));
 
     // not a support file at all: the target itself
     let target_bytes = std::fs::read(common::model_path()).unwrap();

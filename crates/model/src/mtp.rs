@@ -26,6 +26,19 @@
 //! its own slice of `nextn.fnorm.weight`. A zero `fc` is exactly the plain
 //! head, so a fused head can be trained on from a plain one. Chained rows
 //! (the head's own output as `h`) have no target features and skip the sum.
+//!
+//! Optionally (a tandem extension) the head also gets a *copy hint*: the token
+//! that followed the most recent earlier occurrence of the longest suffix
+//! (at most `copy_ngram_max` tokens) of the text so far, and that suffix's
+//! length n (0: none found). Text that repeats itself (lists, loops, quoted
+//! input) is where a one-block head is weakest and where this hint is right
+//! 90% of the time for n = 4 (BENCHMARKS.md §6n):
+//!
+//! ```text
+//! x += copy_proj · copy_norm(emb(hint)) + copy_len[n]      (no hint: copy_len[0])
+//! ```
+//!
+//! Zero `copy_proj` and `copy_len` are exactly the head without hints.
 
 use std::sync::Arc;
 
@@ -49,6 +62,31 @@ pub mod keys {
     /// Target layers whose inputs are fused into `h` (1..=n_layer, as
     /// `dflash.target_layers`); absent: a plain head.
     pub const FUSED_LAYERS: &str = "tandem-mtp.fused_layers";
+    /// Longest suffix the copy hint matches (1..=8); absent: no copy hint.
+    pub const COPY_NGRAM: &str = "tandem-mtp.copy_ngram_max";
+}
+
+/// The optional copy-hint tensors (present exactly when [`keys::COPY_NGRAM`] is).
+pub const COPY_TENSORS: [&str; 3] = ["nextn.copy_norm.weight", "nextn.copy_proj.weight", "nextn.copy_len.weight"];
+
+/// The copy hint for the row whose input token is the last of `history`:
+/// the longest suffix of `history` of at most `nmax` tokens that also occurs
+/// earlier, at its most recent earlier occurrence, gives the token that
+/// followed it there and the suffix length n. `(None, 0)` when even the last
+/// token never occurred before. The trainer and the drafter both call this,
+/// so the head sees the same hints in training as at run time.
+pub fn copy_hint(history: &[u32], nmax: usize) -> (Option<u32>, usize) {
+    let len = history.len();
+    for n in (1..=nmax.min(len.saturating_sub(1))).rev() {
+        let suffix = &history[len - n..];
+        // occurrences ending before the suffix itself, latest first
+        for s in (0..len - n).rev() {
+            if &history[s..s + n] == suffix {
+                return (Some(history[s + n]), n);
+            }
+        }
+    }
+    (None, 0)
 }
 
 /// The optional fused-feature tensors (present exactly when
@@ -95,6 +133,18 @@ pub struct MtpHead {
     /// The target head's rows for `d2t`.
     reduced_head: Option<WeightRef>,
     fused: Option<Fused>,
+    copy: Option<Copy>,
+}
+
+/// Copy-hint weights of a head (see the module docs).
+struct Copy {
+    nmax: usize,
+    /// `d`.
+    norm: Vec<f32>,
+    /// `d → d`.
+    proj: WeightRef,
+    /// `(nmax + 1)·d`: one row per suffix length, row 0 for no hint.
+    len: Vec<f32>,
 }
 
 /// Fused target features of a head (see the module docs).
@@ -179,12 +229,18 @@ impl MtpHead {
             None => None,
         };
         let fused = load_fused(&g, n, cfg)?;
-        Ok(MtpHead { gguf: g, target, layer_index: n, enorm, hnorm, eh_proj, block, head_norm, d2t, reduced_head, fused })
+        let copy = load_copy(&g, n, cfg)?;
+        Ok(MtpHead { gguf: g, target, layer_index: n, enorm, hnorm, eh_proj, block, head_norm, d2t, reduced_head, fused, copy })
     }
 
     /// The target layers whose inputs the head fuses (empty: a plain head).
     pub fn fused_layers(&self) -> &[usize] {
         self.fused.as_ref().map_or(&[], |f| &f.layers)
+    }
+
+    /// Longest suffix the copy hint matches (None: a head without copy hints).
+    pub fn copy_ngram(&self) -> Option<usize> {
+        self.copy.as_ref().map(|c| c.nmax)
     }
 
     /// The target hidden rows the head needs, in the order [`MtpHead::forward_fused`]
@@ -233,7 +289,9 @@ impl MtpHead {
 
     /// [`MtpHead::forward`] with the fused layers' rows: `feats` is `m ×
     /// (k·d)`, per row the k tapped rows in [`MtpHead::fused_layers`] order.
-    /// Ignored by a plain head.
+    /// Ignored by a plain head. The rows' tokens are taken as the whole text
+    /// so far (copy hints see nothing before them): use
+    /// [`MtpHead::forward_ctx`] when there is earlier text.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_fused(
         &self,
@@ -245,11 +303,34 @@ impl MtpHead {
         out_hidden: &mut Vec<f32>,
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
+        self.forward_ctx(pool, cache, tokens, tokens.len(), hidden, feats, out_hidden, logits)
+    }
+
+    /// [`MtpHead::forward_fused`] for the last `m` tokens of `history`, the
+    /// text so far (prompt, committed and drafted tokens), which a head with
+    /// copy hints searches.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_ctx(
+        &self,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        history: &[u32],
+        m: usize,
+        hidden: &[f32],
+        feats: Option<&[f32]>,
+        out_hidden: &mut Vec<f32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
         let cfg = &self.target.cfg;
-        let (d, m) = (cfg.d_model, tokens.len());
+        let d = cfg.d_model;
         if m == 0 {
             return Ok(());
         }
+        if m > history.len() {
+            return Err(ModelError::BadConfig(format!("mtp: {m} rows but a history of {}", history.len())));
+        }
+        let base = history.len() - m;
+        let tokens = &history[base..];
         if hidden.len() != m * d {
             return Err(ModelError::BadConfig(format!("mtp: {} hidden values for {m} rows of {d}", hidden.len())));
         }
@@ -279,6 +360,31 @@ impl MtpHead {
             return Err(ModelError::ContextFull { have: cache.len(), add: m, ctx: cache.ctx() });
         }
         let p0 = cache.len();
+        // copy hints: x += copy_proj · copy_norm(emb(hint)) + copy_len[n]
+        let copy_add = match &self.copy {
+            Some(c) => {
+                let mut normed = vec![0f32; m * d];
+                let mut lens = Vec::with_capacity(m);
+                let mut e = vec![0f32; d];
+                for i in 0..m {
+                    let (hint, n) = copy_hint(&history[..base + i + 1], c.nmax);
+                    if let Some(t) = hint {
+                        self.target.embed(t, &mut e)?;
+                        ops::rmsnorm(&e, &c.norm, cfg.eps, &mut normed[i * d..(i + 1) * d]);
+                    }
+                    lens.push(n);
+                }
+                let mut add = vec![0f32; m * d];
+                matmul(pool, &c.proj.view(&self.gguf), &normed, m, &mut add);
+                for (i, &n) in lens.iter().enumerate() {
+                    for (a, l) in add[i * d..(i + 1) * d].iter_mut().zip(&c.len[n * d..(n + 1) * d]) {
+                        *a += l;
+                    }
+                }
+                Some(add)
+            }
+            None => None,
+        };
         let mut cat = vec![0f32; m * 2 * d];
         let mut e = vec![0f32; d];
         for (i, &t) in tokens.iter().enumerate() {
@@ -290,6 +396,11 @@ impl MtpHead {
             let s = &mut *s.borrow_mut();
             let x = resize(&mut s.x, m * d);
             matmul(pool, &self.eh_proj.view(&self.gguf), &cat, m, x);
+            if let Some(add) = &copy_add {
+                for (a, b) in x.iter_mut().zip(add) {
+                    *a += b;
+                }
+            }
             let half = cfg.rope_dim / 2;
             s.cs.resize(m * half, (0.0, 0.0));
             for i in 0..m {
@@ -344,6 +455,55 @@ fn load_fused(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Fused>, 
     Ok(Some(Fused { layers: layers.iter().map(|&l| l as usize).collect(), fnorm, fc }))
 }
 
+/// Read and check the optional copy-hint part of head `n`.
+fn load_copy(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Copy>, SupportError> {
+    let kind = SupportKind::Mtp;
+    let meta = |msg: String| SupportError::Metadata { kind, msg };
+    let present: Vec<String> = COPY_TENSORS.iter().map(|t| tensor_name(n, t)).filter(|t| g.tensor_info(t).is_some()).collect();
+    let nmax = match g.get(keys::COPY_NGRAM).map(|v| v.as_u64()) {
+        None if present.is_empty() => return Ok(None),
+        None => return Err(meta(format!("tensor {} present but no {}", present[0], keys::COPY_NGRAM))),
+        Some(None) => return Err(meta(format!("{} is not an integer", keys::COPY_NGRAM))),
+        Some(Some(v)) => v as usize,
+    };
+    if !(1..=8).contains(&nmax) {
+        return Err(meta(format!("copy n-gram length {nmax} (need 1..=8)")));
+    }
+    for t in COPY_TENSORS {
+        let name = tensor_name(n, t);
+        if g.tensor_info(&name).is_none() {
+            return Err(SupportError::MissingTensor { kind, name });
+        }
+    }
+    let d = cfg.d_model;
+    let terr = |e: ModelError| SupportError::Tensor(kind, e);
+    let norm = load_vec(g, &tensor_name(n, "nextn.copy_norm.weight"), d).map_err(terr)?;
+    let proj = WeightRef::load_packed(g, &tensor_name(n, "nextn.copy_proj.weight"), d, d).map_err(terr)?;
+    let len = load_vec(g, &tensor_name(n, "nextn.copy_len.weight"), (nmax + 1) * d).map_err(terr)?;
+    Ok(Some(Copy { nmax, norm, proj, len }))
+}
+
+/// Copy-hint weights of a head in f32.
+#[derive(Debug, Clone)]
+pub struct CopyWeights {
+    /// Longest suffix matched, 1..=8.
+    pub nmax: usize,
+    /// `d`.
+    pub norm: Vec<f32>,
+    /// `d × d`.
+    pub proj: Vec<f32>,
+    /// `(nmax + 1) × d`.
+    pub len: Vec<f32>,
+}
+
+impl CopyWeights {
+    /// The identity start: a unit norm and zero projection and length rows,
+    /// so the head computes exactly what it did without hints.
+    pub fn zero(nmax: usize, d: usize) -> Self {
+        CopyWeights { nmax, norm: vec![1.0; d], proj: vec![0.0; d * d], len: vec![0.0; (nmax + 1) * d] }
+    }
+}
+
 /// Fused-feature weights of a head in f32.
 #[derive(Debug, Clone)]
 pub struct FusedWeights {
@@ -380,6 +540,8 @@ pub struct MtpWeights {
     pub d2t: Option<Vec<u32>>,
     /// Fused target layers (None: a plain head).
     pub fused: Option<FusedWeights>,
+    /// Copy hints (None: none).
+    pub copy: Option<CopyWeights>,
 }
 
 /// Shape `(out, in)` of block tensor `what` for `cfg` (norms: `(d, 1)`).
@@ -439,6 +601,7 @@ impl MtpWeights {
             head_norm,
             d2t: None,
             fused: None,
+            copy: None,
         }
     }
 
@@ -469,6 +632,9 @@ impl MtpWeights {
                 keys::FUSED_LAYERS,
                 Value::Array(tandem_gguf::ValueType::U32, f.layers.iter().map(|&l| Value::U32(l as u32)).collect()),
             );
+        }
+        if let Some(c) = &self.copy {
+            w.set(keys::COPY_NGRAM, Value::U32(c.nmax as u32));
         }
         for (k, v) in extra {
             w.set(k.clone(), v.clone());
@@ -505,6 +671,11 @@ impl MtpWeights {
             let kd = f.layers.len() * d;
             w.add_tensor(vec_t(tensor_name(n, "nextn.fnorm.weight"), &f.fnorm))?;
             w.add_tensor(mat_t(tensor_name(n, "nextn.fc.weight"), &f.fc, d, kd)?)?;
+        }
+        if let Some(c) = &self.copy {
+            w.add_tensor(vec_t(tensor_name(n, "nextn.copy_norm.weight"), &c.norm))?;
+            w.add_tensor(mat_t(tensor_name(n, "nextn.copy_proj.weight"), &c.proj, d, d)?)?;
+            w.add_tensor(vec_t(tensor_name(n, "nextn.copy_len.weight"), &c.len))?;
         }
         if let Some(m) = &self.d2t {
             w.add_tensor(TensorData {
@@ -552,6 +723,18 @@ impl MtpWeights {
             }
             _ => None,
         };
+        let copy = match g.get(keys::COPY_NGRAM).and_then(|v| v.as_u64()) {
+            Some(nmax) => {
+                let nmax = nmax as usize;
+                Some(CopyWeights {
+                    nmax,
+                    norm: read(tensor_name(n, "nextn.copy_norm.weight"), d)?,
+                    proj: read(tensor_name(n, "nextn.copy_proj.weight"), d * d)?,
+                    len: read(tensor_name(n, "nextn.copy_len.weight"), (nmax + 1) * d)?,
+                })
+            }
+            None => None,
+        };
         let d2t = match g.tensor(&tensor_name(n, "nextn.d2t")) {
             Ok((_, data)) => Some(data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect()),
             Err(_) => None,
@@ -565,6 +748,28 @@ impl MtpWeights {
             head_norm: read(tensor_name(n, "nextn.shared_head_norm.weight"), d)?,
             d2t,
             fused,
+            copy,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_hint;
+
+    #[test]
+    fn copy_hint_takes_the_longest_latest_match() {
+        // "a b c d | a b c" → suffix "a b c" matched at 0, hint d, n 3
+        assert_eq!(copy_hint(&[1, 2, 3, 4, 1, 2, 3], 4), (Some(4), 3));
+        // the most recent of two occurrences wins
+        assert_eq!(copy_hint(&[7, 1, 9, 7, 1, 8, 5, 7, 1], 4), (Some(8), 2));
+        // capped at nmax
+        assert_eq!(copy_hint(&[1, 2, 3, 4, 1, 2, 3], 2), (Some(4), 2));
+        // nothing repeats; too short; empty
+        assert_eq!(copy_hint(&[1, 2, 3], 4), (None, 0));
+        assert_eq!(copy_hint(&[5], 4), (None, 0));
+        assert_eq!(copy_hint(&[], 4), (None, 0));
+        // a run: the suffix overlaps its match
+        assert_eq!(copy_hint(&[3, 3, 3, 3], 4), (Some(3), 3));
     }
 }

@@ -100,7 +100,8 @@ impl Drafter for MtpDrafter {
             [] => String::new(),
             l => format!(", fused layers {l:?}"),
         };
-        format!("mtp(k={}, margin={}, draft vocab {}{fused})", self.max_draft, self.margin, self.head.draft_vocab())
+        let copy = self.head.copy_ngram().map_or(String::new(), |n| format!(", copy hints up to {n}-grams"));
+        format!("mtp(k={}, margin={}, draft vocab {}{fused}{copy})", self.max_draft, self.margin, self.head.draft_vocab())
     }
 
     fn max_draft(&self) -> usize {
@@ -169,11 +170,11 @@ impl Drafter for MtpDrafter {
         self.tokens.push(next);
         let have = self.cache.len().min(n - 1);
         self.cache.truncate(have);
-        let toks: Vec<u32> = self.tokens[have + 1..=n].to_vec();
         let hid = self.hidden[have * d..n * d].to_vec();
         let fw = self.feat_width();
         let feats = (fw > 0).then(|| self.feats[have * fw..n * fw].to_vec());
-        self.head.forward_fused(&self.pool, &mut self.cache, &toks, &hid, feats.as_deref(), &mut self.out_hidden, &mut self.logits)?;
+        // rows have+1..=n of the text so far (a head with copy hints searches all of it)
+        self.head.forward_ctx(&self.pool, &mut self.cache, &self.tokens, n - have, &hid, feats.as_deref(), &mut self.out_hidden, &mut self.logits)?;
         let max = max.min(self.max_draft).min(self.cache.ctx() - self.cache.len());
         for depth in 0..max {
             let (row, gap) = self.top();
@@ -187,10 +188,12 @@ impl Drafter for MtpDrafter {
                 break;
             }
             let h = self.out_hidden[self.out_hidden.len() - d..].to_vec();
-            self.head.forward(&self.pool, &mut self.cache, &[tok], &h, &mut self.out_hidden, &mut self.logits)?;
+            self.tokens.push(tok);
+            self.head.forward_ctx(&self.pool, &mut self.cache, &self.tokens, 1, &h, None, &mut self.out_hidden, &mut self.logits)?;
         }
         // chained rows are not committed positions
         self.cache.truncate(n);
+        self.tokens.truncate(n + 1);
         Ok(())
     }
 }

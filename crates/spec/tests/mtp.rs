@@ -10,7 +10,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
-use tandem_model::mtp::{FusedWeights, MtpWeights};
+use tandem_model::mtp::{CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model, MtpHead, TargetId};
 use tandem_spec::sampling::{Rng, SamplerParams};
@@ -30,6 +30,11 @@ fn head(t: &Arc<Model>, seed: u64, reduced: bool) -> Arc<MtpHead> {
 /// [`head`], optionally fusing both target layers' inputs through a small
 /// random `fc` (so the features change the drafts).
 fn head_with(t: &Arc<Model>, seed: u64, reduced: bool, fused: bool) -> Arc<MtpHead> {
+    head_with_copy(t, seed, reduced, fused, false)
+}
+
+/// [`head_with`], optionally with random copy-hint weights (suffixes up to 3).
+fn head_with_copy(t: &Arc<Model>, seed: u64, reduced: bool, fused: bool, copy: bool) -> Arc<MtpHead> {
     let mut w = MtpWeights::init_from_target(t, seed);
     if reduced {
         w.d2t = Some((0..t.cfg.vocab as u32).filter(|i| i % 3 != 1).take(200).collect());
@@ -46,6 +51,18 @@ fn head_with(t: &Arc<Model>, seed: u64, reduced: bool, fused: bool) -> Arc<MtpHe
         }
         w.fused = Some(f);
     }
+    if copy {
+        let d = t.cfg.d_model;
+        let mut c = CopyWeights::zero(3, d);
+        let mut s = seed.wrapping_mul(3) | 1;
+        for v in c.proj.iter_mut().chain(c.len.iter_mut()) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            *v += ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5;
+        }
+        w.copy = Some(c);
+    }
     let id = TargetId::new(&t.cfg, 7);
     let bytes = w.to_gguf(&t.cfg, &id, GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
     Arc::new(MtpHead::load(Arc::new(Gguf::from_bytes(bytes).unwrap()), t.clone(), &id).unwrap())
@@ -56,12 +73,12 @@ proptest! {
     #[test]
     fn mtp_greedy_equals_plain(seed in 1u64..10_000, k in 1usize..=8, adaptive in any::<bool>(),
                                threads in 1usize..=2, reduced in any::<bool>(), margin in prop::sample::select(vec![0.0f32, 0.5]),
-                               fused in any::<bool>()) {
+                               fused in any::<bool>(), copy in any::<bool>()) {
         let m = target(seed);
         let pool = Arc::new(ThreadPool::new(threads));
         let prompt: Vec<u32> = (0..12).map(|i| ((seed as u32).wrapping_mul(31) + i * 17) % 300 + 4).collect();
         let want = common::plain(&m, &pool, &prompt, 40);
-        let drafter = MtpDrafter::new(head_with(&m, seed, reduced, fused), pool.clone(), 512, k, margin).unwrap();
+        let drafter = MtpDrafter::new(head_with_copy(&m, seed, reduced, fused, copy), pool.clone(), 512, k, margin).unwrap();
         let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
         let got = common::speculative(&m, &pool, &prompt, 40, &mut sp);
@@ -101,11 +118,12 @@ fn drafts_come_from_the_right_rows() {
     let m = target(5);
     let d = m.cfg.d_model;
     let pool = Arc::new(ThreadPool::new(1));
-    let toks: Vec<u32> = (0..21u32).map(|i| (i * 37 + 11) % 300 + 4).collect();
+    // a text that repeats, so that a head with copy hints gets some
+    let toks: Vec<u32> = (0..21u32).map(|i| ((i % 7) * 37 + (i / 14) * 3 + 11) % 300 + 4).collect();
     let n = toks.len() - 1; // history toks[..n], next toks[n]
     let mut firsts = Vec::new();
-    for fused in [false, true] {
-        let h = head_with(&m, 5, false, fused);
+    for (fused, copy) in [(false, false), (true, false), (true, true)] {
+        let h = head_with_copy(&m, 5, false, fused, copy);
         let taps = h.taps();
         let mut cache = m.new_cache(64);
         let mut out = ForwardOutput::default();
@@ -116,7 +134,8 @@ fn drafts_come_from_the_right_rows() {
         let mut hc = h.new_cache(64);
         let (mut oh, mut lg) = (Vec::new(), Vec::new());
         let f = (k > 0).then_some(&feats[..]);
-        h.forward_fused(&pool, &mut hc, &toks[1..=n], &out.hidden[0], f, &mut oh, &mut lg).unwrap();
+        // rows 1..=n of the text toks[..=n]
+        h.forward_ctx(&pool, &mut hc, &toks[..=n], n, &out.hidden[0], f, &mut oh, &mut lg).unwrap();
         let best = lg.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0;
         // the drafter, rows in two pieces
         let mut dr = MtpDrafter::new(h.clone(), pool.clone(), 64, 1, 0.0).unwrap();
@@ -128,8 +147,9 @@ fn drafts_come_from_the_right_rows() {
         }
         let mut draft = Draft::default();
         dr.propose(&toks[..n], toks[n], 1, &SamplerParams::greedy(), &mut Rng::new(1), &mut draft).unwrap();
-        assert_eq!(draft.tokens, vec![h.to_target(best)], "fused {fused}");
+        assert_eq!(draft.tokens, vec![h.to_target(best)], "fused {fused}, copy {copy}");
         firsts.push(lg);
     }
     assert_ne!(firsts[0], firsts[1], "the fused features change the logits");
+    assert_ne!(firsts[1], firsts[2], "the copy hints change the logits");
 }

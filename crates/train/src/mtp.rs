@@ -23,7 +23,7 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use indicatif::{ProgressBar, ProgressStyle};
 use tandem_engine::Engine;
 use tandem_gguf::{GgmlType, Value};
-use tandem_model::mtp::{block_shape, FusedWeights, MtpWeights, BLOCK_TENSORS};
+use tandem_model::mtp::{block_shape, copy_hint, CopyWeights, FusedWeights, MtpWeights, BLOCK_TENSORS};
 use tandem_model::{Config, RopeStyle};
 
 use crate::data::Dataset;
@@ -56,6 +56,10 @@ pub struct TrainConfig {
     /// Where the fused layers' target features are cached, per data file
     /// (as the DSpark trainer's); empty: computed, not cached.
     pub feature_cache: Vec<FeatureCache>,
+    /// Give the head copy hints over suffixes of up to this many tokens (see
+    /// `tandem_model::mtp`); a head without them gains zero copy weights, so
+    /// it starts from exactly what it computed. 0: as the init file has it.
+    pub copy_ngram: usize,
     /// The command line, recorded in the file.
     pub command: String,
 }
@@ -107,6 +111,9 @@ pub struct MtpNet {
     target_norm: Tensor,
     /// Fused layers, their norms `(k, d)` and `fc` `(d, k·d)`.
     fused: Option<(Vec<usize>, Var, Var)>,
+    /// Copy hints: longest suffix, `copy_norm` `(d)`, `copy_proj` `(d, d)`,
+    /// `copy_len` `(nmax + 1, d)`.
+    copy: Option<(usize, Var, Var, Var)>,
 }
 
 /// One batch: `b` windows of `l` positions.
@@ -117,6 +124,10 @@ pub struct Batch {
     pub hidden: Vec<f32>,
     /// For a fused head: the fused layers' rows, `b·l × k·d` (else empty).
     pub feats: Vec<f32>,
+    /// For a head with copy hints, per depth: the hint's embedding (zero
+    /// without one), `b·l × d`, and the matched suffix length (0: none).
+    pub copy_emb: Vec<Vec<f32>>,
+    pub copy_n: Vec<Vec<u32>>,
     /// Per depth k (0-based): embeddings of `t[p+k+1]`, `b·l × d`.
     pub emb: Vec<Vec<f32>>,
     /// Per depth: draft-vocabulary label of row p, and whether it counts.
@@ -151,6 +162,10 @@ impl MtpNet {
             }
             None => None,
         };
+        let copy = match &w.copy {
+            Some(c) => Some((c.nmax, var(&c.norm, (d, 1))?, var(&c.proj, (d, d))?, var(&c.len, (c.nmax + 1, d))?)),
+            None => None,
+        };
         Ok(MtpNet {
             cfg: cfg.clone(),
             enorm: var(&w.enorm, (d, 1))?,
@@ -161,7 +176,13 @@ impl MtpNet {
             head: Tensor::from_vec(head_rows, (v, d), dev)?,
             target_norm: Tensor::from_vec(target_norm, d, dev)?,
             fused,
+            copy,
         })
+    }
+
+    /// Longest suffix of the copy hints (None: a head without them).
+    pub fn copy_ngram(&self) -> Option<usize> {
+        self.copy.as_ref().map(|c| c.0)
     }
 
     /// The fused layers (empty: a plain head).
@@ -175,6 +196,9 @@ impl MtpNet {
         if let Some((_, n, fc)) = &self.fused {
             v.push(n.clone());
             v.push(fc.clone());
+        }
+        if let Some((_, n, p, l)) = &self.copy {
+            v.extend([n.clone(), p.clone(), l.clone()]);
         }
         v
     }
@@ -192,6 +216,10 @@ impl MtpNet {
             d2t,
             fused: match &self.fused {
                 Some((layers, n, fc)) => Some(FusedWeights { layers: layers.clone(), fnorm: f(n)?, fc: f(fc)? }),
+                None => None,
+            },
+            copy: match &self.copy {
+                Some((nmax, n, p, l)) => Some(CopyWeights { nmax: *nmax, norm: f(n)?, proj: f(p)?, len: f(l)? }),
                 None => None,
             },
         })
@@ -264,7 +292,17 @@ impl MtpNet {
         for k in 0..depths.min(batch.emb.len()) {
             let e = Tensor::from_slice(&batch.emb[k], (b * l, d), dev)?;
             let cat = Tensor::cat(&[rmsnorm(&e, self.enorm.as_tensor(), eps)?, rmsnorm(&h_in, self.hnorm.as_tensor(), eps)?], 1)?;
-            let x = linear(&cat, self.eh_proj.as_tensor())?;
+            let mut x = linear(&cat, self.eh_proj.as_tensor())?;
+            if let Some((_, cnorm, cproj, clen)) = &self.copy {
+                // x += copy_proj · copy_norm(emb(hint)) + copy_len[n]
+                if batch.copy_emb.len() <= k || batch.copy_emb[k].len() != b * l * d {
+                    bail!("copy hints: the batch has none for depth {}", k + 1);
+                }
+                let ce = Tensor::from_slice(&batch.copy_emb[k], (b * l, d), dev)?;
+                let cn = Tensor::from_slice(&batch.copy_n[k], b * l, dev)?;
+                let add = (linear(&rmsnorm(&ce, cnorm.as_tensor(), eps)?, cproj.as_tensor())? + clen.as_tensor().index_select(&cn, 0)?)?;
+                x = (x + add)?;
+            }
             // attention
             let hn = rmsnorm(&x, self.bw("attn_norm.weight"), eps)?;
             let q = linear(&hn, self.bw("attn_q.weight"))?.reshape((b, l, nh, hd))?.transpose(1, 2)?.contiguous()?;
@@ -367,6 +405,7 @@ fn make_batch(
     engine: &Engine,
     data: &Dataset,
     feats: Option<&Features>,
+    copy_ngram: Option<usize>,
     wins: &[(usize, usize)],
     l: usize,
     depths: usize,
@@ -382,6 +421,8 @@ fn make_batch(
         l,
         hidden: vec![0f32; b * l * d],
         feats: vec![0f32; b * l * fw],
+        copy_emb: if copy_ngram.is_some() { vec![vec![0f32; b * l * d]; depths] } else { Vec::new() },
+        copy_n: if copy_ngram.is_some() { vec![vec![0u32; b * l]; depths] } else { Vec::new() },
         emb: vec![vec![0f32; b * l * d]; depths],
         labels: vec![vec![0u32; b * l]; depths],
         mask: vec![vec![0f32; b * l]; depths],
@@ -414,6 +455,15 @@ fn make_batch(
                 }
                 engine.model.embed(s.tokens[q], &mut e).expect("token in vocabulary");
                 bt.emb[k][row * d..(row + 1) * d].copy_from_slice(&e);
+                if let Some(nmax) = copy_ngram {
+                    // the text so far ends with the input token t[q]
+                    let (hint, n) = copy_hint(&s.tokens[..=q], nmax);
+                    if let Some(t) = hint {
+                        engine.model.embed(t, &mut e).expect("token in vocabulary");
+                        bt.copy_emb[k][row * d..(row + 1) * d].copy_from_slice(&e);
+                    }
+                    bt.copy_n[k][row] = n as u32;
+                }
                 if distill {
                     for (o, h) in bt.teach[k][row * d..(row + 1) * d].iter_mut().zip(&s.hidden[q * d..(q + 1) * d]) {
                         *o = h.to_f32();
@@ -478,6 +528,13 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
             }
         }
     }
+    match (&init.copy, tc.copy_ngram) {
+        (_, 0) => {}
+        (Some(c), n) if c.nmax != n => bail!("--copy-ngram {n}: the init file's copy hints match up to {}", c.nmax),
+        (Some(_), _) => {}
+        (None, n) if n > 8 => bail!("--copy-ngram {n}: need 1..=8"),
+        (None, n) => init.copy = Some(CopyWeights::zero(n, d)),
+    }
     let feats = match &init.fused {
         Some(f) => Some(load_features(engine, data, &f.layers, &tc.feature_cache)?),
         None => None,
@@ -527,7 +584,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
                 tc.lr * (0.05 + 0.95 * 0.5 * (1.0 + (std::f64::consts::PI * t).cos()))
             };
             opt.set_learning_rate(lr);
-            let batch = make_batch(engine, data, feats.as_ref(), chunk, l, tc.depths, &t2d, false, distill);
+            let batch = make_batch(engine, data, feats.as_ref(), net.copy_ngram(), chunk, l, tc.depths, &t2d, false, distill);
             let outs = net.forward(&batch, tc.depths, &dev)?;
             let mut loss: Option<Tensor> = None;
             for (k, (_, logits)) in outs.iter().enumerate() {
@@ -630,7 +687,7 @@ pub fn evaluate(
     let mut depth_n = vec![0u64; depths];
     let mut n = 0u64;
     for chunk in wins.chunks(8) {
-        let batch = make_batch(engine, data, feats, chunk, l, depths, t2d, true, false);
+        let batch = make_batch(engine, data, feats, net.copy_ngram(), chunk, l, depths, t2d, true, false);
         let outs = net.forward(&batch, depths, dev)?;
         let preds: Vec<Vec<u32>> =
             outs.iter().map(|(_, lg)| Ok(lg.argmax(D::Minus1)?.to_vec1::<u32>()?)).collect::<Result<_>>()?;

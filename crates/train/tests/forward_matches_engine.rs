@@ -7,7 +7,7 @@ use std::sync::Arc;
 use candle_core::Device;
 use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
-use tandem_model::mtp::{FusedWeights, MtpWeights};
+use tandem_model::mtp::{copy_hint, CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{Model, MtpHead, TargetId};
 use tandem_train::mtp::{Batch, MtpNet};
@@ -51,17 +51,25 @@ fn full_vocab_net(target: &Model, w: &MtpWeights, dev: &Device) -> MtpNet {
 
 #[test]
 fn candle_forward_matches_engine_drafter() {
-    forward_matches(false);
+    forward_matches(false, false);
 }
 
 /// The same with fused target layers: `h + fc·[fnorm_i(f_i)]` on the
 /// first-draft rows, none on the chained one.
 #[test]
 fn fused_candle_forward_matches_engine_drafter() {
-    forward_matches(true);
+    forward_matches(true, false);
 }
 
-fn forward_matches(fused: bool) {
+/// The same with copy hints (fused too, as the committed head): the hints
+/// come from the text before each row, chained rows included.
+#[test]
+fn copy_hint_candle_forward_matches_engine_drafter() {
+    forward_matches(false, true);
+    forward_matches(true, true);
+}
+
+fn forward_matches(fused: bool, copy: bool) {
     let target = synthetic_target();
     let cfg = target.cfg.clone();
     let d = cfg.d_model;
@@ -78,13 +86,29 @@ fn forward_matches(fused: bool) {
         }
         w.fused = Some(f);
     }
+    let nmax = 3;
+    if copy {
+        let mut c = CopyWeights::zero(nmax, d);
+        for (i, v) in c.proj.iter_mut().enumerate() {
+            *v = ((i * 2731 % 1000) as f32 / 500.0 - 1.0) * 0.1;
+        }
+        for (i, v) in c.norm.iter_mut().enumerate() {
+            *v += ((i * 13 % 7) as f32 - 3.0) * 0.05;
+        }
+        for (i, v) in c.len.iter_mut().enumerate() {
+            *v = ((i * 577 % 100) as f32 / 50.0 - 1.0) * 0.3;
+        }
+        w.copy = Some(c);
+    }
     let id = TargetId::new(&cfg, 0x1234);
     let file = w.to_gguf(&cfg, &id, GgmlType::F32, &[]).unwrap().to_bytes().unwrap();
     let head = MtpHead::load(Arc::new(Gguf::from_bytes(file).unwrap()), target.clone(), &id).unwrap();
 
     // a sequence of m rows: tokens t[1..=m] (the token after each position) and hidden rows
     let m = 9;
-    let toks: Vec<u32> = (0..m as u32 + 2).map(|i| (i * 37 + 5) % cfg.vocab as u32).collect();
+    // repeats, so that rows get copy hints of every length (and none)
+    let toks: Vec<u32> = vec![5, 42, 79, 5, 42, 116, 5, 42, 79, 153, 42];
+    assert_eq!(toks.len(), m + 2);
     let mut hid = vec![0f32; m * d];
     for (i, v) in hid.iter_mut().enumerate() {
         *v = ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 2.0;
@@ -95,11 +119,12 @@ fn forward_matches(fused: bool) {
     // fused rows: per position the k layers' rows, in the head's order
     let kd = if fused { layers.len() * d } else { 0 };
     let feats: Vec<f32> = (0..m * kd).map(|i| ((i * 6007 % 1000) as f32 / 250.0 - 2.0) * 1.5).collect();
-    head.forward_fused(&pool, &mut cache, &toks[1..=m], &hid, fused.then_some(&feats[..]), &mut oh, &mut lg).unwrap();
+    // rows 1..=m of the text toks[0..=m]
+    head.forward_ctx(&pool, &mut cache, &toks[..=m], m, &hid, fused.then_some(&feats[..]), &mut oh, &mut lg).unwrap();
     let engine_d1 = lg.clone();
     // chained: token t[m+1] with the head's own last output
     let h_last = oh[(m - 1) * d..].to_vec();
-    head.forward(&pool, &mut cache, &toks[m + 1..m + 2], &h_last, &mut oh, &mut lg).unwrap();
+    head.forward_ctx(&pool, &mut cache, &toks[..m + 2], 1, &h_last, None, &mut oh, &mut lg).unwrap();
     let engine_d2 = lg.clone();
 
     // candle: one window of m rows, depths 2
@@ -107,13 +132,24 @@ fn forward_matches(fused: bool) {
     let net = full_vocab_net(&target, &w, &dev);
     let mut e = vec![0f32; d];
     let mut emb = vec![vec![0f32; m * d]; 2];
+    let (mut copy_emb, mut copy_n) = (vec![vec![0f32; m * d]; 2], vec![vec![0u32; m]; 2]);
+    let mut lens = std::collections::BTreeSet::new();
     for p in 0..m {
         for k in 0..2 {
             target.embed(toks[p + k + 1], &mut e).unwrap();
             emb[k][p * d..(p + 1) * d].copy_from_slice(&e);
+            let (hint, n) = copy_hint(&toks[..=p + k + 1], nmax);
+            if let Some(t) = hint {
+                target.embed(t, &mut e).unwrap();
+                copy_emb[k][p * d..(p + 1) * d].copy_from_slice(&e);
+            }
+            copy_n[k][p] = n as u32;
+            lens.insert(n);
         }
     }
-    let batch = Batch { b: 1, l: m, hidden: hid.clone(), feats: feats.clone(), emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
+    assert_eq!(lens.len(), nmax + 1, "the test text should give hints of every length");
+    let (copy_emb, copy_n) = if copy { (copy_emb, copy_n) } else { (Vec::new(), Vec::new()) };
+    let batch = Batch { b: 1, l: m, hidden: hid.clone(), feats: feats.clone(), copy_emb, copy_n, emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
     let outs = net.forward(&batch, 2, &dev).unwrap();
     let rows = |k: usize| outs[k].1.to_vec2::<f32>().unwrap();
     let (c1, c2) = (rows(0), rows(1));
