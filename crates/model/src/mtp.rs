@@ -89,6 +89,39 @@ pub fn copy_hint(history: &[u32], nmax: usize) -> (Option<u32>, usize) {
     (None, 0)
 }
 
+/// [`copy_hint`] for each of the last `m` rows of `history` (row i over
+/// `history[..len − m + i + 1]`). A catch-up over a long prompt would cost
+/// O(m·len) scans; above a few rows this indexes every n-gram once instead,
+/// with the same answers.
+pub fn copy_hints(history: &[u32], m: usize, nmax: usize) -> Vec<(Option<u32>, usize)> {
+    let len = history.len();
+    let m = m.min(len);
+    let base = len - m;
+    if m <= 4 || nmax == 0 {
+        return (0..m).map(|i| copy_hint(&history[..base + i + 1], nmax)).collect();
+    }
+    // per n: n-gram → end index of its latest occurrence so far
+    let mut last: Vec<std::collections::HashMap<&[u32], usize>> = vec![Default::default(); nmax + 1];
+    let mut out = Vec::with_capacity(m);
+    for end in 0..len {
+        if end >= base {
+            // row over history[..=end]: the longest suffix seen ending before `end`
+            let mut hint = (None, 0);
+            for n in (1..=nmax.min(end)).rev() {
+                if let Some(&j) = last[n].get(&history[end + 1 - n..=end]) {
+                    hint = (Some(history[j + 1]), n);
+                    break;
+                }
+            }
+            out.push(hint);
+        }
+        for n in 1..=nmax.min(end + 1) {
+            last[n].insert(&history[end + 1 - n..=end], end);
+        }
+    }
+    out
+}
+
 /// The optional fused-feature tensors (present exactly when
 /// [`keys::FUSED_LAYERS`] is).
 pub const FUSED_TENSORS: [&str; 2] = ["nextn.fnorm.weight", "nextn.fc.weight"];
@@ -366,8 +399,7 @@ impl MtpHead {
                 let mut normed = vec![0f32; m * d];
                 let mut lens = Vec::with_capacity(m);
                 let mut e = vec![0f32; d];
-                for i in 0..m {
-                    let (hint, n) = copy_hint(&history[..base + i + 1], c.nmax);
+                for (i, (hint, n)) in copy_hints(history, m, c.nmax).into_iter().enumerate() {
                     if let Some(t) = hint {
                         self.target.embed(t, &mut e)?;
                         ops::rmsnorm(&e, &c.norm, cfg.eps, &mut normed[i * d..(i + 1) * d]);
@@ -755,7 +787,7 @@ impl MtpWeights {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_hint;
+    use super::{copy_hint, copy_hints};
 
     #[test]
     fn copy_hint_takes_the_longest_latest_match() {
@@ -771,5 +803,28 @@ mod tests {
         assert_eq!(copy_hint(&[], 4), (None, 0));
         // a run: the suffix overlaps its match
         assert_eq!(copy_hint(&[3, 3, 3, 3], 4), (Some(3), 3));
+    }
+
+    #[test]
+    fn indexed_hints_equal_the_scans() {
+        let mut s = 12345u64;
+        for case in 0..200 {
+            let len = 1 + case % 60;
+            let alphabet = 2 + (case % 5) as u64;
+            let text: Vec<u32> = (0..len)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s % alphabet) as u32
+                })
+                .collect();
+            for nmax in [1, 2, 4] {
+                for m in [1, 3, 5, len / 2, len] {
+                    let want: Vec<_> = (0..m.min(len)).map(|i| copy_hint(&text[..len - m.min(len) + i + 1], nmax)).collect();
+                    assert_eq!(copy_hints(&text, m, nmax), want, "text {text:?}, m {m}, nmax {nmax}");
+                }
+            }
+        }
     }
 }
