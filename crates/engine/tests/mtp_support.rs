@@ -147,8 +147,8 @@ fn broken_and_mismatched_files_are_refused() {
     });
     refused(&engine, "fused-shape.gguf", &narrow, &format!("blk.{n}.nextn.fc.weight' has shape [{}, {d}], expected [{}, {d}]", 2 * d, 4 * d));
 
-    // copy hints: the key and its three tensors go together, the n-gram
-    // length is 1..=8, the length table has one row per length
+    // copy hints: the key and its four tensors go together, the n-gram
+    // length is 1..=8, the per-length tables have one row per length
     let mut cw = MtpWeights::init_from_target(&engine.model, 1);
     cw.d2t = Some((0..4096).collect());
     cw.copy = Some(CopyWeights::zero(4, d as usize));
@@ -178,7 +178,9 @@ fn broken_and_mismatched_files_are_refused() {
             }
         }
     });
-    refused(&engine, "copy-len.gguf", &longer, &format!("blk.{n}.nextn.copy_len.weight' has shape [{}], expected [{}]", 5 * d, 7 * d));
+    refused(&engine, "copy-len.gguf", &longer, &format!("blk.{n}.nextn.copy_norm.weight' has shape [{}], expected [{}]", 4 * d, 6 * d));
+    let no_bias = rewrite(&copy, |_, t| t.retain(|x| !x.name.ends_with("nextn.copy_bias.weight")));
+    refused(&engine, "copy-nobias.gguf", &no_bias, &format!("MTP tensor missing: blk.{n}.nextn.copy_bias.weight"));
 
     // not a support file at all: the target itself
     let target_bytes = std::fs::read(common::model_path()).unwrap();

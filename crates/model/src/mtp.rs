@@ -35,10 +35,14 @@
 //! 90% of the time for n = 4 (BENCHMARKS.md §6n):
 //!
 //! ```text
-//! x += copy_proj · copy_norm(emb(hint)) + copy_len[n]      (no hint: copy_len[0])
+//! x      += copy_proj · copy_norm_n(emb(hint)) + copy_len[n]   (no hint: copy_len[0])
+//! logits += copy_bias[n] on the hint's row                     (if it has one)
 //! ```
 //!
-//! Zero `copy_proj` and `copy_len` are exactly the head without hints.
+//! The hint is right far more often for long suffixes than for one token, so
+//! each length has its own norm weight and logit bias: how far to trust the
+//! hint is learned per n. Zero `copy_proj`, `copy_len` and `copy_bias` are
+//! exactly the head without hints.
 
 use std::sync::Arc;
 
@@ -67,7 +71,8 @@ pub mod keys {
 }
 
 /// The optional copy-hint tensors (present exactly when [`keys::COPY_NGRAM`] is).
-pub const COPY_TENSORS: [&str; 3] = ["nextn.copy_norm.weight", "nextn.copy_proj.weight", "nextn.copy_len.weight"];
+pub const COPY_TENSORS: [&str; 4] =
+    ["nextn.copy_norm.weight", "nextn.copy_proj.weight", "nextn.copy_len.weight", "nextn.copy_bias.weight"];
 
 /// The copy hint for the row whose input token is the last of `history`:
 /// the longest suffix of `history` of at most `nmax` tokens that also occurs
@@ -172,12 +177,17 @@ pub struct MtpHead {
 /// Copy-hint weights of a head (see the module docs).
 struct Copy {
     nmax: usize,
-    /// `d`.
+    /// `nmax·d`: the RMSNorm weight for hints of suffix length n is row n − 1.
     norm: Vec<f32>,
     /// `d → d`.
     proj: WeightRef,
     /// `(nmax + 1)·d`: one row per suffix length, row 0 for no hint.
     len: Vec<f32>,
+    /// `nmax`: the logit bias on the hint's row for suffix length n is entry n − 1.
+    bias: Vec<f32>,
+    /// Target id → draft row (None: the full vocabulary, row = id); rows
+    /// outside the draft vocabulary are `u32::MAX`.
+    t2d: Option<Vec<u32>>,
 }
 
 /// Fused target features of a head (see the module docs).
@@ -262,7 +272,7 @@ impl MtpHead {
             None => None,
         };
         let fused = load_fused(&g, n, cfg)?;
-        let copy = load_copy(&g, n, cfg)?;
+        let copy = load_copy(&g, n, cfg, d2t.as_deref())?;
         Ok(MtpHead { gguf: g, target, layer_index: n, enorm, hnorm, eh_proj, block, head_norm, d2t, reduced_head, fused, copy })
     }
 
@@ -393,7 +403,8 @@ impl MtpHead {
             return Err(ModelError::ContextFull { have: cache.len(), add: m, ctx: cache.ctx() });
         }
         let p0 = cache.len();
-        // copy hints: x += copy_proj · copy_norm(emb(hint)) + copy_len[n]
+        // copy hints: x += copy_proj · copy_norm_n(emb(hint)) + copy_len[n]
+        let mut last_hint = (None, 0);
         let copy_add = match &self.copy {
             Some(c) => {
                 let mut normed = vec![0f32; m * d];
@@ -402,9 +413,10 @@ impl MtpHead {
                 for (i, (hint, n)) in copy_hints(history, m, c.nmax).into_iter().enumerate() {
                     if let Some(t) = hint {
                         self.target.embed(t, &mut e)?;
-                        ops::rmsnorm(&e, &c.norm, cfg.eps, &mut normed[i * d..(i + 1) * d]);
+                        ops::rmsnorm(&e, &c.norm[(n - 1) * d..n * d], cfg.eps, &mut normed[i * d..(i + 1) * d]);
                     }
                     lens.push(n);
+                    last_hint = (hint, n);
                 }
                 let mut add = vec![0f32; m * d];
                 matmul(pool, &c.proj.view(&self.gguf), &normed, m, &mut add);
@@ -452,6 +464,13 @@ impl MtpHead {
             }
             None => self.target.lm_head(pool, &hn, 1, logits),
         }
+        // logits += copy_bias[n] on the hint's row
+        if let (Some(c), (Some(t), n)) = (&self.copy, last_hint) {
+            let row = c.t2d.as_ref().map_or(t, |m| m[t as usize]) as usize;
+            if let Some(l) = logits.get_mut(row) {
+                *l += c.bias[n - 1];
+            }
+        }
         Ok(())
     }
 }
@@ -488,7 +507,7 @@ fn load_fused(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Fused>, 
 }
 
 /// Read and check the optional copy-hint part of head `n`.
-fn load_copy(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Copy>, SupportError> {
+fn load_copy(g: &Gguf, n: usize, cfg: &crate::Config, d2t: Option<&[u32]>) -> Result<Option<Copy>, SupportError> {
     let kind = SupportKind::Mtp;
     let meta = |msg: String| SupportError::Metadata { kind, msg };
     let present: Vec<String> = COPY_TENSORS.iter().map(|t| tensor_name(n, t)).filter(|t| g.tensor_info(t).is_some()).collect();
@@ -509,10 +528,18 @@ fn load_copy(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Copy>, Su
     }
     let d = cfg.d_model;
     let terr = |e: ModelError| SupportError::Tensor(kind, e);
-    let norm = load_vec(g, &tensor_name(n, "nextn.copy_norm.weight"), d).map_err(terr)?;
+    let norm = load_vec(g, &tensor_name(n, "nextn.copy_norm.weight"), nmax * d).map_err(terr)?;
     let proj = WeightRef::load_packed(g, &tensor_name(n, "nextn.copy_proj.weight"), d, d).map_err(terr)?;
     let len = load_vec(g, &tensor_name(n, "nextn.copy_len.weight"), (nmax + 1) * d).map_err(terr)?;
-    Ok(Some(Copy { nmax, norm, proj, len }))
+    let bias = load_vec(g, &tensor_name(n, "nextn.copy_bias.weight"), nmax).map_err(terr)?;
+    let t2d = d2t.map(|ids| {
+        let mut m = vec![u32::MAX; cfg.vocab];
+        for (r, &t) in ids.iter().enumerate() {
+            m[t as usize] = r as u32;
+        }
+        m
+    });
+    Ok(Some(Copy { nmax, norm, proj, len, bias, t2d }))
 }
 
 /// Copy-hint weights of a head in f32.
@@ -520,19 +547,21 @@ fn load_copy(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Copy>, Su
 pub struct CopyWeights {
     /// Longest suffix matched, 1..=8.
     pub nmax: usize,
-    /// `d`.
+    /// `nmax × d`: row n − 1 for suffix length n.
     pub norm: Vec<f32>,
     /// `d × d`.
     pub proj: Vec<f32>,
-    /// `(nmax + 1) × d`.
+    /// `(nmax + 1) × d`: row n for suffix length n (0: no hint).
     pub len: Vec<f32>,
+    /// `nmax`: entry n − 1 for suffix length n.
+    pub bias: Vec<f32>,
 }
 
 impl CopyWeights {
     /// The identity start: a unit norm and zero projection and length rows,
     /// so the head computes exactly what it did without hints.
     pub fn zero(nmax: usize, d: usize) -> Self {
-        CopyWeights { nmax, norm: vec![1.0; d], proj: vec![0.0; d * d], len: vec![0.0; (nmax + 1) * d] }
+        CopyWeights { nmax, norm: vec![1.0; nmax * d], proj: vec![0.0; d * d], len: vec![0.0; (nmax + 1) * d], bias: vec![0.0; nmax] }
     }
 }
 
@@ -708,6 +737,7 @@ impl MtpWeights {
             w.add_tensor(vec_t(tensor_name(n, "nextn.copy_norm.weight"), &c.norm))?;
             w.add_tensor(mat_t(tensor_name(n, "nextn.copy_proj.weight"), &c.proj, d, d)?)?;
             w.add_tensor(vec_t(tensor_name(n, "nextn.copy_len.weight"), &c.len))?;
+            w.add_tensor(vec_t(tensor_name(n, "nextn.copy_bias.weight"), &c.bias))?;
         }
         if let Some(m) = &self.d2t {
             w.add_tensor(TensorData {
@@ -760,9 +790,10 @@ impl MtpWeights {
                 let nmax = nmax as usize;
                 Some(CopyWeights {
                     nmax,
-                    norm: read(tensor_name(n, "nextn.copy_norm.weight"), d)?,
+                    norm: read(tensor_name(n, "nextn.copy_norm.weight"), nmax * d)?,
                     proj: read(tensor_name(n, "nextn.copy_proj.weight"), d * d)?,
                     len: read(tensor_name(n, "nextn.copy_len.weight"), (nmax + 1) * d)?,
+                    bias: read(tensor_name(n, "nextn.copy_bias.weight"), nmax)?,
                 })
             }
             None => None,

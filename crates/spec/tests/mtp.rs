@@ -55,7 +55,7 @@ fn head_with_copy(t: &Arc<Model>, seed: u64, reduced: bool, fused: bool, copy: b
         let d = t.cfg.d_model;
         let mut c = CopyWeights::zero(3, d);
         let mut s = seed.wrapping_mul(3) | 1;
-        for v in c.proj.iter_mut().chain(c.len.iter_mut()) {
+        for v in c.proj.iter_mut().chain(c.len.iter_mut()).chain(c.bias.iter_mut()).chain(c.norm.iter_mut()) {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;

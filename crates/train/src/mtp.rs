@@ -111,10 +111,17 @@ pub struct MtpNet {
     target_norm: Tensor,
     /// Fused layers, their norms `(k, d)` and `fc` `(d, k·d)`.
     fused: Option<(Vec<usize>, Var, Var)>,
-    /// Copy hints: longest suffix, `copy_norm` `(d)`, `copy_proj` `(d, d)`,
-    /// `copy_len` `(nmax + 1, d)`.
-    copy: Option<(usize, Var, Var, Var)>,
+    /// Copy hints: longest suffix, `copy_norm` `(nmax, d)`, `copy_proj`
+    /// `(d, d)`, `copy_len` `(nmax + 1, d)`, and `copy_bias / BIAS_SCALE`
+    /// `(nmax)`.
+    copy: Option<(usize, Var, Var, Var, Var)>,
 }
+
+/// The copy-hint logit biases are trained as `bias / BIAS_SCALE`: AdamW moves
+/// every parameter by about the learning rate per step, which would take an
+/// epoch to move a logit by one; scaled, a few hundred steps reach the
+/// several logits that a long suffix match is worth.
+const BIAS_SCALE: f64 = 10.0;
 
 /// One batch: `b` windows of `l` positions.
 pub struct Batch {
@@ -125,9 +132,11 @@ pub struct Batch {
     /// For a fused head: the fused layers' rows, `b·l × k·d` (else empty).
     pub feats: Vec<f32>,
     /// For a head with copy hints, per depth: the hint's embedding (zero
-    /// without one), `b·l × d`, and the matched suffix length (0: none).
+    /// without one), `b·l × d`, the matched suffix length (0: none), and the
+    /// hint's draft row (`u32::MAX`: none, or outside the draft vocabulary).
     pub copy_emb: Vec<Vec<f32>>,
     pub copy_n: Vec<Vec<u32>>,
+    pub copy_row: Vec<Vec<u32>>,
     /// Per depth k (0-based): embeddings of `t[p+k+1]`, `b·l × d`.
     pub emb: Vec<Vec<f32>>,
     /// Per depth: draft-vocabulary label of row p, and whether it counts.
@@ -163,7 +172,10 @@ impl MtpNet {
             None => None,
         };
         let copy = match &w.copy {
-            Some(c) => Some((c.nmax, var(&c.norm, (d, 1))?, var(&c.proj, (d, d))?, var(&c.len, (c.nmax + 1, d))?)),
+            Some(c) => {
+                let bias: Vec<f32> = c.bias.iter().map(|&b| (b as f64 / BIAS_SCALE) as f32).collect();
+                Some((c.nmax, var(&c.norm, (c.nmax, d))?, var(&c.proj, (d, d))?, var(&c.len, (c.nmax + 1, d))?, var(&bias, (c.nmax, 1))?))
+            }
             None => None,
         };
         Ok(MtpNet {
@@ -197,8 +209,8 @@ impl MtpNet {
             v.push(n.clone());
             v.push(fc.clone());
         }
-        if let Some((_, n, p, l)) = &self.copy {
-            v.extend([n.clone(), p.clone(), l.clone()]);
+        if let Some((_, n, p, l, b)) = &self.copy {
+            v.extend([n.clone(), p.clone(), l.clone(), b.clone()]);
         }
         v
     }
@@ -219,7 +231,13 @@ impl MtpNet {
                 None => None,
             },
             copy: match &self.copy {
-                Some((nmax, n, p, l)) => Some(CopyWeights { nmax: *nmax, norm: f(n)?, proj: f(p)?, len: f(l)? }),
+                Some((nmax, n, p, l, b)) => Some(CopyWeights {
+                    nmax: *nmax,
+                    norm: f(n)?,
+                    proj: f(p)?,
+                    len: f(l)?,
+                    bias: f(b)?.iter().map(|&v| (v as f64 * BIAS_SCALE) as f32).collect(),
+                }),
                 None => None,
             },
         })
@@ -293,15 +311,32 @@ impl MtpNet {
             let e = Tensor::from_slice(&batch.emb[k], (b * l, d), dev)?;
             let cat = Tensor::cat(&[rmsnorm(&e, self.enorm.as_tensor(), eps)?, rmsnorm(&h_in, self.hnorm.as_tensor(), eps)?], 1)?;
             let mut x = linear(&cat, self.eh_proj.as_tensor())?;
-            if let Some((_, cnorm, cproj, clen)) = &self.copy {
-                // x += copy_proj · copy_norm(emb(hint)) + copy_len[n]
+            // copy hints: per row the norm weight and logit bias of its suffix length
+            let mut copy_logit_bias = None;
+            if let Some((_, cnorm, cproj, clen, cbias)) = &self.copy {
+                // x += copy_proj · copy_norm_n(emb(hint)) + copy_len[n]
                 if batch.copy_emb.len() <= k || batch.copy_emb[k].len() != b * l * d {
                     bail!("copy hints: the batch has none for depth {}", k + 1);
                 }
                 let ce = Tensor::from_slice(&batch.copy_emb[k], (b * l, d), dev)?;
                 let cn = Tensor::from_slice(&batch.copy_n[k], b * l, dev)?;
-                let add = (linear(&rmsnorm(&ce, cnorm.as_tensor(), eps)?, cproj.as_tensor())? + clen.as_tensor().index_select(&cn, 0)?)?;
+                // rows without a hint have a zero embedding; any norm row will do
+                let nidx: Vec<u32> = batch.copy_n[k].iter().map(|&n| n.saturating_sub(1)).collect();
+                let nidx = Tensor::from_vec(nidx, b * l, dev)?;
+                let normed = rmsnorm(&ce, &cnorm.as_tensor().index_select(&nidx, 0)?, eps)?;
+                let add = (linear(&normed, cproj.as_tensor())? + clen.as_tensor().index_select(&cn, 0)?)?;
                 x = (x + add)?;
+                // logits += copy_bias[n] on the hint's row
+                let v = self.head.dim(0)?;
+                let mut onehot = vec![0f32; b * l * v];
+                for (r, &row) in batch.copy_row[k].iter().enumerate() {
+                    if (row as usize) < v {
+                        onehot[r * v + row as usize] = 1.0;
+                    }
+                }
+                let onehot = Tensor::from_vec(onehot, (b * l, v), dev)?;
+                let rb = (cbias.as_tensor().index_select(&nidx, 0)? * BIAS_SCALE)?.unsqueeze(1)?; // (b·l, 1)
+                copy_logit_bias = Some(onehot.broadcast_mul(&rb)?);
             }
             // attention
             let hn = rmsnorm(&x, self.bw("attn_norm.weight"), eps)?;
@@ -330,7 +365,10 @@ impl MtpNet {
             let g = linear(&hn, self.bw("ffn_gate.weight"))?.silu()?;
             let u = linear(&hn, self.bw("ffn_up.weight"))?;
             let x = (x + linear(&(g * u)?, self.bw("ffn_down.weight"))?)?;
-            let logits = linear(&rmsnorm(&x, self.head_norm.as_tensor(), eps)?, &self.head)?;
+            let mut logits = linear(&rmsnorm(&x, self.head_norm.as_tensor(), eps)?, &self.head)?;
+            if let Some(cb) = copy_logit_bias {
+                logits = (logits + cb)?;
+            }
             h_in = x.clone();
             outs.push((x, logits));
         }
@@ -423,6 +461,7 @@ fn make_batch(
         feats: vec![0f32; b * l * fw],
         copy_emb: if copy_ngram.is_some() { vec![vec![0f32; b * l * d]; depths] } else { Vec::new() },
         copy_n: if copy_ngram.is_some() { vec![vec![0u32; b * l]; depths] } else { Vec::new() },
+        copy_row: if copy_ngram.is_some() { vec![vec![u32::MAX; b * l]; depths] } else { Vec::new() },
         emb: vec![vec![0f32; b * l * d]; depths],
         labels: vec![vec![0u32; b * l]; depths],
         mask: vec![vec![0f32; b * l]; depths],
@@ -461,6 +500,7 @@ fn make_batch(
                     if let Some(t) = hint {
                         engine.model.embed(t, &mut e).expect("token in vocabulary");
                         bt.copy_emb[k][row * d..(row + 1) * d].copy_from_slice(&e);
+                        bt.copy_row[k][row] = t2d[t as usize];
                     }
                     bt.copy_n[k][row] = n as u32;
                 }

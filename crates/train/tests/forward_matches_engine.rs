@@ -98,6 +98,7 @@ fn forward_matches(fused: bool, copy: bool) {
         for (i, v) in c.len.iter_mut().enumerate() {
             *v = ((i * 577 % 100) as f32 / 50.0 - 1.0) * 0.3;
         }
+        c.bias = (0..nmax).map(|i| 1.5 + i as f32).collect();
         w.copy = Some(c);
     }
     let id = TargetId::new(&cfg, 0x1234);
@@ -107,7 +108,7 @@ fn forward_matches(fused: bool, copy: bool) {
     // a sequence of m rows: tokens t[1..=m] (the token after each position) and hidden rows
     let m = 9;
     // repeats, so that rows get copy hints of every length (and none)
-    let toks: Vec<u32> = vec![5, 42, 79, 5, 42, 116, 5, 42, 79, 153, 42];
+    let toks: Vec<u32> = vec![5, 42, 79, 5, 42, 116, 5, 42, 79, 79, 42];
     assert_eq!(toks.len(), m + 2);
     let mut hid = vec![0f32; m * d];
     for (i, v) in hid.iter_mut().enumerate() {
@@ -133,6 +134,7 @@ fn forward_matches(fused: bool, copy: bool) {
     let mut e = vec![0f32; d];
     let mut emb = vec![vec![0f32; m * d]; 2];
     let (mut copy_emb, mut copy_n) = (vec![vec![0f32; m * d]; 2], vec![vec![0u32; m]; 2]);
+    let mut copy_row = vec![vec![u32::MAX; m]; 2];
     let mut lens = std::collections::BTreeSet::new();
     for p in 0..m {
         for k in 0..2 {
@@ -142,14 +144,15 @@ fn forward_matches(fused: bool, copy: bool) {
             if let Some(t) = hint {
                 target.embed(t, &mut e).unwrap();
                 copy_emb[k][p * d..(p + 1) * d].copy_from_slice(&e);
+                copy_row[k][p] = t; // the full vocabulary: row = id
             }
             copy_n[k][p] = n as u32;
             lens.insert(n);
         }
     }
     assert_eq!(lens.len(), nmax + 1, "the test text should give hints of every length");
-    let (copy_emb, copy_n) = if copy { (copy_emb, copy_n) } else { (Vec::new(), Vec::new()) };
-    let batch = Batch { b: 1, l: m, hidden: hid.clone(), feats: feats.clone(), copy_emb, copy_n, emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
+    let (copy_emb, copy_n, copy_row) = if copy { (copy_emb, copy_n, copy_row) } else { (Vec::new(), Vec::new(), Vec::new()) };
+    let batch = Batch { b: 1, l: m, hidden: hid.clone(), feats: feats.clone(), copy_emb, copy_n, copy_row, emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
     let outs = net.forward(&batch, 2, &dev).unwrap();
     let rows = |k: usize| outs[k].1.to_vec2::<f32>().unwrap();
     let (c1, c2) = (rows(0), rows(1));
