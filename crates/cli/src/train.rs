@@ -190,16 +190,6 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     Ok(())
 }
 
-/// The fused layers an MTP support file declares (empty when it has none or
-/// cannot be read: the trainer reports a bad `--init` itself).
-fn init_fused_layers(init: &std::path::Path) -> Vec<usize> {
-    let Ok(g) = tandem_gguf::Gguf::open(init) else { return Vec::new() };
-    match g.get(tandem_model::mtp::keys::FUSED_LAYERS) {
-        Some(tandem_gguf::Value::Array(_, items)) => items.iter().filter_map(|v| v.as_i64()).map(|l| l as usize).collect(),
-        _ => Vec::new(),
-    }
-}
-
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.max_new, a.sampled_share, a.seed));
@@ -224,7 +214,8 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
     // the same cache files as `train dspark` with the same layers; without
     // --fused-layers, those of a fused --init head
     let cache_layers = match (&a.fused_layers[..], &a.init) {
-        ([], Some(init)) => init_fused_layers(init),
+        // a bad --init is reported by the trainer itself
+        ([], Some(init)) => tandem_gguf::Gguf::open(init).ok().and_then(|g| tandem_model::mtp::declared_fused_layers(&g)).unwrap_or_default(),
         (l, _) => l.to_vec(),
     };
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {

@@ -26,6 +26,17 @@ fn valid_head_bytes(engine: &Engine) -> Vec<u8> {
     w.to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()
 }
 
+/// `bytes` with metadata key `key` set to `value`.
+fn set_key(bytes: &[u8], key: &str, value: Value) -> Vec<u8> {
+    rewrite(bytes, |m, _| {
+        for (k, v) in m.iter_mut() {
+            if k == key {
+                *v = value.clone();
+            }
+        }
+    })
+}
+
 fn opts(path: &Path, require: bool) -> SpecOptions {
     SpecOptions { mtp: Some(path.to_path_buf()), require, ..Default::default() }
 }
@@ -63,13 +74,7 @@ fn broken_and_mismatched_files_are_refused() {
     refused(&engine, "other-model.gguf", &other_bytes, "made for another model: vocabulary size is 320");
 
     // same sizes, another token list
-    let bad_hash = rewrite(&good, |m, _| {
-        for (k, v) in m.iter_mut() {
-            if k == "tandem.support.target.vocab_hash" {
-                *v = Value::String("0123456789abcdef".into());
-            }
-        }
-    });
+    let bad_hash = set_key(&good, "tandem.support.target.vocab_hash", Value::String("0123456789abcdef".into()));
     refused(&engine, "other-vocab.gguf", &bad_hash, "token list hash");
 
     // renamed tensor
@@ -94,13 +99,7 @@ fn broken_and_mismatched_files_are_refused() {
     refused(&engine, "shape.gguf", &misshaped, &format!("blk.{n}.nextn.eh_proj.weight' has shape [{d}, {d}], expected [{}, {d}]", 2 * d));
 
     // wrong metadata: another block count, a missing key, a bad d2t
-    let meta = rewrite(&good, |m, _| {
-        for (k, v) in m.iter_mut() {
-            if k == "tandem.support.target.block_count" {
-                *v = Value::U32(31);
-            }
-        }
-    });
+    let meta = set_key(&good, "tandem.support.target.block_count", Value::U32(31));
     refused(&engine, "blocks.gguf", &meta, "block count is 31 in the file but 30 in the target");
     let missing = rewrite(&good, |m, _| m.retain(|(k, _)| k != "tandem-mtp.layer_index"));
     refused(&engine, "nolayer.gguf", &missing, "MTP metadata error: missing key tandem-mtp.layer_index");
@@ -129,13 +128,7 @@ fn broken_and_mismatched_files_are_refused() {
     refused(&engine, "fused-nokey.gguf", &no_key, "present but no tandem-mtp.fused_layers");
     let no_fc = rewrite(&fused, |_, t| t.retain(|x| !x.name.ends_with("nextn.fc.weight")));
     refused(&engine, "fused-nofc.gguf", &no_fc, &format!("MTP tensor missing: blk.{n}.nextn.fc.weight"));
-    let far = rewrite(&fused, |m, _| {
-        for (k, v) in m.iter_mut() {
-            if k == "tandem-mtp.fused_layers" {
-                *v = Value::Array(tandem_gguf::ValueType::U32, vec![Value::U32(2), Value::U32(40)]);
-            }
-        }
-    });
+    let far = set_key(&fused, "tandem-mtp.fused_layers", Value::Array(tandem_gguf::ValueType::U32, vec![Value::U32(2), Value::U32(40)]));
     refused(&engine, "fused-range.gguf", &far, "fused layer 40 out of range (30 layers)");
     let narrow = rewrite(&fused, |_, t| {
         for x in t.iter_mut() {
@@ -163,21 +156,9 @@ fn broken_and_mismatched_files_are_refused() {
     refused(&engine, "copy-nokey.gguf", &no_key, &format!("tensor blk.{n}.nextn.copy_norm.weight present but no tandem-mtp.copy_ngram_max"));
     let no_proj = rewrite(&copy, |_, t| t.retain(|x| !x.name.ends_with("nextn.copy_proj.weight")));
     refused(&engine, "copy-noproj.gguf", &no_proj, &format!("MTP tensor missing: blk.{n}.nextn.copy_proj.weight"));
-    let zero = rewrite(&copy, |m, _| {
-        for (k, v) in m.iter_mut() {
-            if k == "tandem-mtp.copy_ngram_max" {
-                *v = Value::U32(0);
-            }
-        }
-    });
+    let zero = set_key(&copy, "tandem-mtp.copy_ngram_max", Value::U32(0));
     refused(&engine, "copy-zero.gguf", &zero, "copy n-gram length 0 (need 1..=8)");
-    let longer = rewrite(&copy, |m, _| {
-        for (k, v) in m.iter_mut() {
-            if k == "tandem-mtp.copy_ngram_max" {
-                *v = Value::U32(6);
-            }
-        }
-    });
+    let longer = set_key(&copy, "tandem-mtp.copy_ngram_max", Value::U32(6));
     refused(&engine, "copy-len.gguf", &longer, &format!("blk.{n}.nextn.copy_norm.weight' has shape [{}], expected [{}]", 4 * d, 6 * d));
     let no_bias = rewrite(&copy, |_, t| t.retain(|x| !x.name.ends_with("nextn.copy_bias.weight")));
     refused(&engine, "copy-nobias.gguf", &no_bias, &format!("MTP tensor missing: blk.{n}.nextn.copy_bias.weight"));

@@ -475,6 +475,16 @@ impl MtpHead {
     }
 }
 
+/// The fused layers a support file's metadata declares (None: a plain head,
+/// or no list of integers under the key). Unchecked: [`MtpHead::load`]
+/// validates them.
+pub fn declared_fused_layers(g: &Gguf) -> Option<Vec<usize>> {
+    match g.get(keys::FUSED_LAYERS) {
+        Some(tandem_gguf::Value::Array(_, items)) => Some(items.iter().filter_map(|v| v.as_i64()).map(|l| l as usize).collect()),
+        _ => None,
+    }
+}
+
 /// Read and check the optional fused-feature part of head `n`.
 fn load_fused(g: &Gguf, n: usize, cfg: &crate::Config) -> Result<Option<Fused>, SupportError> {
     let kind = SupportKind::Mtp;
@@ -773,9 +783,8 @@ impl MtpWeights {
                 Ok((t.to_string(), read(tensor_name(n, t), o * i)?))
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
-        let fused = match g.get(keys::FUSED_LAYERS) {
-            Some(tandem_gguf::Value::Array(_, items)) => {
-                let layers: Vec<usize> = items.iter().filter_map(|v| v.as_i64()).map(|l| l as usize).collect();
+        let fused = match declared_fused_layers(g) {
+            Some(layers) => {
                 let kd = layers.len() * d;
                 Some(FusedWeights {
                     fnorm: read(tensor_name(n, "nextn.fnorm.weight"), kd)?,
