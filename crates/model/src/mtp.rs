@@ -346,12 +346,17 @@ impl MtpHead {
         out_hidden: &mut Vec<f32>,
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
-        self.forward_ctx(pool, cache, tokens, tokens.len(), hidden, feats, out_hidden, logits)
+        self.forward_ctx(pool, cache, tokens, tokens.len(), hidden, feats, out_hidden, logits).map(|_| ())
     }
 
     /// [`MtpHead::forward_fused`] for the last `m` tokens of `history`, the
     /// text so far (prompt, committed and drafted tokens), which a head with
     /// copy hints searches.
+    ///
+    /// When the last row's hint lies outside the draft vocabulary, its logit
+    /// (the target head's row for it, plus the copy bias) is appended as row
+    /// [`MtpHead::draft_vocab`], and its token is returned: a head can copy
+    /// a token it has no row for.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_ctx(
         &self,
@@ -363,11 +368,11 @@ impl MtpHead {
         feats: Option<&[f32]>,
         out_hidden: &mut Vec<f32>,
         logits: &mut Vec<f32>,
-    ) -> Result<(), ModelError> {
+    ) -> Result<Option<u32>, ModelError> {
         let cfg = &self.target.cfg;
         let d = cfg.d_model;
         if m == 0 {
-            return Ok(());
+            return Ok(None);
         }
         if m > history.len() {
             return Err(ModelError::BadConfig(format!("mtp: {m} rows but a history of {}", history.len())));
@@ -464,14 +469,23 @@ impl MtpHead {
             }
             None => self.target.lm_head(pool, &hn, 1, logits),
         }
-        // logits += copy_bias[n] on the hint's row
+        // logits += copy_bias[n] on the hint's row; a hint outside the draft
+        // vocabulary gets a row of its own, appended after the draft rows
         if let (Some(c), (Some(t), n)) = (&self.copy, last_hint) {
             let row = c.t2d.as_ref().map_or(t, |m| m[t as usize]) as usize;
-            if let Some(l) = logits.get_mut(row) {
-                *l += c.bias[n - 1];
+            match logits.get_mut(row) {
+                Some(l) => *l += c.bias[n - 1],
+                None => {
+                    let w = self.target.output_weight().gather_rows(self.target.gguf(), &[t], "mtp.hint_row")?;
+                    let mut l = Vec::with_capacity(1);
+                    l.resize(1, 0.0);
+                    matmul(pool, &w.view(self.target.gguf()), &hn, 1, &mut l);
+                    logits.push(l[0] + c.bias[n - 1]);
+                    return Ok(Some(t));
+                }
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 

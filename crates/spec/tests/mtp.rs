@@ -153,3 +153,36 @@ fn drafts_come_from_the_right_rows() {
     assert_ne!(firsts[0], firsts[1], "the fused features change the logits");
     assert_ne!(firsts[1], firsts[2], "the copy hints change the logits");
 }
+
+/// A copy hint outside a reduced draft vocabulary gets a logit row of its
+/// own, so the head can draft a token it has no row for: here a large copy
+/// bias makes the hint win.
+#[test]
+fn a_hint_outside_the_draft_vocabulary_is_drafted() {
+    let m = target(3);
+    let d = m.cfg.d_model;
+    let pool = Arc::new(ThreadPool::new(1));
+    let mut w = MtpWeights::init_from_target(&m, 3);
+    w.d2t = Some((0..m.cfg.vocab as u32).filter(|i| i % 3 != 1).collect());
+    let mut c = CopyWeights::zero(3, d);
+    c.bias = vec![60.0; 3];
+    w.copy = Some(c);
+    let id = TargetId::new(&m.cfg, 7);
+    let bytes = w.to_gguf(&m.cfg, &id, GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
+    let h = Arc::new(MtpHead::load(Arc::new(Gguf::from_bytes(bytes).unwrap()), m.clone(), &id).unwrap());
+    // history … 10 13 20, next 10: the hint after "10" is 13, outside (13 % 3 == 1);
+    // the chained hint after "10 13" is 20, inside
+    let toks: Vec<u32> = vec![40, 41, 10, 13, 20, 10];
+    let n = toks.len() - 1;
+    let mut cache = m.new_cache(64);
+    let mut out = ForwardOutput::default();
+    m.forward(&pool, &mut cache, &toks[..n], &LogitRows::None, &h.taps(), &mut out).unwrap();
+    let mut dr = MtpDrafter::new(h.clone(), pool.clone(), 64, 2, 0.0).unwrap();
+    dr.sync(&toks[..n]).unwrap();
+    let slices: Vec<&[f32]> = out.hidden.iter().map(|r| &r[..]).collect();
+    dr.observe(0, n, &slices);
+    let mut draft = Draft::default();
+    dr.propose(&toks[..n], toks[n], 2, &SamplerParams::greedy(), &mut Rng::new(1), &mut draft).unwrap();
+    assert_eq!(draft.tokens, vec![13, 20]);
+    assert!(draft.confidence[0] > 0.99, "the hint row dominates: {:?}", draft.confidence);
+}
