@@ -137,6 +137,13 @@ pub struct Batch {
     pub copy_emb: Vec<Vec<f32>>,
     pub copy_n: Vec<Vec<u32>>,
     pub copy_row: Vec<Vec<u32>>,
+    /// For a head with copy hints, per depth: the target head's row of a
+    /// hint outside the draft vocabulary (zero otherwise), `b·l × d`, and
+    /// whether the row has one. Such a hint gets a logit column of its own,
+    /// column `V` after the `V` draft rows, as in the engine's drafter; a
+    /// label equal to it is `V`.
+    pub copy_out: Vec<Vec<f32>>,
+    pub copy_out_mask: Vec<Vec<f32>>,
     /// Per depth k (0-based): embeddings of `t[p+k+1]`, `b·l × d`.
     pub emb: Vec<Vec<f32>>,
     /// Per depth: draft-vocabulary label of row p, and whether it counts.
@@ -285,7 +292,9 @@ impl MtpNet {
     }
 
     /// The head for all depths: returns per depth the block outputs
-    /// `(b·l, d)` and the logits `(b·l, V)`.
+    /// `(b·l, d)` and the logits `(b·l, V)`, or `(b·l, V + 1)` for a head
+    /// with copy hints (column `V`: a hint outside the draft vocabulary, or
+    /// −1e9 for rows without one).
     pub fn forward(&self, batch: &Batch, depths: usize, dev: &Device) -> Result<Vec<(Tensor, Tensor)>> {
         let c = &self.cfg;
         let (b, l, d) = (batch.b, batch.l, c.d_model);
@@ -336,7 +345,12 @@ impl MtpNet {
                 }
                 let onehot = Tensor::from_vec(onehot, (b * l, v), dev)?;
                 let rb = (cbias.as_tensor().index_select(&nidx, 0)? * BIAS_SCALE)?.unsqueeze(1)?; // (b·l, 1)
-                copy_logit_bias = Some(onehot.broadcast_mul(&rb)?);
+                if batch.copy_out.len() <= k || batch.copy_out[k].len() != b * l * d {
+                    bail!("copy hints: the batch has no out-of-vocabulary rows for depth {}", k + 1);
+                }
+                let co = Tensor::from_slice(&batch.copy_out[k], (b * l, d), dev)?;
+                let com = Tensor::from_slice(&batch.copy_out_mask[k], (b * l, 1), dev)?;
+                copy_logit_bias = Some((onehot.broadcast_mul(&rb)?, co, com, rb));
             }
             // attention
             let hn = rmsnorm(&x, self.bw("attn_norm.weight"), eps)?;
@@ -365,9 +379,13 @@ impl MtpNet {
             let g = linear(&hn, self.bw("ffn_gate.weight"))?.silu()?;
             let u = linear(&hn, self.bw("ffn_up.weight"))?;
             let x = (x + linear(&(g * u)?, self.bw("ffn_down.weight"))?)?;
-            let mut logits = linear(&rmsnorm(&x, self.head_norm.as_tensor(), eps)?, &self.head)?;
-            if let Some(cb) = copy_logit_bias {
-                logits = (logits + cb)?;
+            let xn = rmsnorm(&x, self.head_norm.as_tensor(), eps)?;
+            let mut logits = linear(&xn, &self.head)?;
+            if let Some((cb, co, com, rb)) = copy_logit_bias {
+                // the out-of-vocabulary hint's column: its head row · xn + bias
+                let extra = ((xn * co)?.sum_keepdim(1)? + rb)?;
+                let extra = (extra.broadcast_mul(&com)? + ((com - 1.0)? * 1e9)?)?;
+                logits = Tensor::cat(&[(logits + cb)?, extra], 1)?;
             }
             h_in = x.clone();
             outs.push((x, logits));
@@ -376,10 +394,20 @@ impl MtpNet {
     }
 
     /// The target's distribution over the draft vocabulary from its hidden
-    /// rows `(n, d)`: what the head's logits are distilled towards.
-    pub fn teacher_probs(&self, hidden: &[f32], n: usize, dev: &Device) -> Result<Tensor> {
-        let h = Tensor::from_slice(hidden, (n, self.cfg.d_model), dev)?;
-        let lg = linear(&rmsnorm(&h, &self.target_norm, self.cfg.eps as f64)?, &self.head)?;
+    /// rows `(n, d)`: what the head's logits are distilled towards. With
+    /// `copy_out` (the batch's out-of-vocabulary hint rows and their mask,
+    /// for a head with copy hints) the hint's column is part of it.
+    pub fn teacher_probs(&self, hidden: &[f32], n: usize, copy_out: Option<(&[f32], &[f32])>, dev: &Device) -> Result<Tensor> {
+        let d = self.cfg.d_model;
+        let h = Tensor::from_slice(hidden, (n, d), dev)?;
+        let hn = rmsnorm(&h, &self.target_norm, self.cfg.eps as f64)?;
+        let mut lg = linear(&hn, &self.head)?;
+        if let Some((rows, mask)) = copy_out {
+            let co = Tensor::from_slice(rows, (n, d), dev)?;
+            let com = Tensor::from_slice(mask, (n, 1), dev)?;
+            let extra = ((hn * co)?.sum_keepdim(1)?.broadcast_mul(&com)? + ((com - 1.0)? * 1e9)?)?;
+            lg = Tensor::cat(&[lg, extra], 1)?;
+        }
         Ok(candle_nn::ops::softmax(&lg, D::Minus1)?.detach())
     }
 }
@@ -462,6 +490,8 @@ fn make_batch(
         copy_emb: if copy_ngram.is_some() { vec![vec![0f32; b * l * d]; depths] } else { Vec::new() },
         copy_n: if copy_ngram.is_some() { vec![vec![0u32; b * l]; depths] } else { Vec::new() },
         copy_row: if copy_ngram.is_some() { vec![vec![u32::MAX; b * l]; depths] } else { Vec::new() },
+        copy_out: if copy_ngram.is_some() { vec![vec![0f32; b * l * d]; depths] } else { Vec::new() },
+        copy_out_mask: if copy_ngram.is_some() { vec![vec![0f32; b * l]; depths] } else { Vec::new() },
         emb: vec![vec![0f32; b * l * d]; depths],
         labels: vec![vec![0u32; b * l]; depths],
         mask: vec![vec![0f32; b * l]; depths],
@@ -470,6 +500,9 @@ fn make_batch(
         pos0: wins.iter().map(|w| w.1).collect(),
     };
     let mut e = vec![0f32; d];
+    // rows of the draft vocabulary; a hint outside it is column `v`
+    let v = t2d.iter().filter(|&&r| r != u32::MAX).count() as u32;
+    let out_w = engine.model.output_weight().view(engine.model.gguf());
     for (wi, &(si, start)) in wins.iter().enumerate() {
         let s = &data.seqs[si];
         let n = s.tokens.len();
@@ -488,6 +521,7 @@ fn make_batch(
                 }
             }
             for k in 0..depths {
+                let mut oov_hint = None;
                 let q = p + k + 1; // input token position; label = argmax[q]
                 if q >= n {
                     break;
@@ -501,6 +535,11 @@ fn make_batch(
                         engine.model.embed(t, &mut e).expect("token in vocabulary");
                         bt.copy_emb[k][row * d..(row + 1) * d].copy_from_slice(&e);
                         bt.copy_row[k][row] = t2d[t as usize];
+                        if t2d[t as usize] == u32::MAX {
+                            out_w.row_f32(t as usize, &mut bt.copy_out[k][row * d..(row + 1) * d]);
+                            bt.copy_out_mask[k][row] = 1.0;
+                            oov_hint = Some(t);
+                        }
                     }
                     bt.copy_n[k][row] = n as u32;
                 }
@@ -510,7 +549,10 @@ fn make_batch(
                     }
                     bt.teach_mask[k][row] = 1.0;
                 }
-                let dr = t2d[s.argmax[q] as usize];
+                let mut dr = t2d[s.argmax[q] as usize];
+                if dr == u32::MAX && oov_hint == Some(s.argmax[q]) {
+                    dr = v;
+                }
                 if only_generated {
                     // evaluation: every generated position counts; a label
                     // outside the draft vocabulary (u32::MAX) is a miss
@@ -630,7 +672,8 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
             for (k, (_, logits)) in outs.iter().enumerate() {
                 let mut lk = masked_ce(logits, &batch.labels[k], &batch.mask[k], &dev)?;
                 if distill {
-                    let pt = net.teacher_probs(&batch.teach[k], batch.b * l, &dev)?;
+                    let co = net.copy_ngram().map(|_| (&batch.copy_out[k][..], &batch.copy_out_mask[k][..]));
+                    let pt = net.teacher_probs(&batch.teach[k], batch.b * l, co, &dev)?;
                     let soft = masked_soft_ce(logits, &pt, &batch.teach_mask[k], &dev)?;
                     lk = ((lk * (1.0 - tc.distill as f64))? + (soft * tc.distill as f64)?)?;
                 }
