@@ -477,8 +477,7 @@ impl MtpHead {
                 Some(l) => *l += c.bias[n - 1],
                 None => {
                     let w = self.target.output_weight().gather_rows(self.target.gguf(), &[t], "mtp.hint_row")?;
-                    let mut l = Vec::with_capacity(1);
-                    l.resize(1, 0.0);
+                    let mut l = vec![0f32; 1];
                     matmul(pool, &w.view(self.target.gguf()), &hn, 1, &mut l);
                     logits.push(l[0] + c.bias[n - 1]);
                     return Ok(Some(t));
