@@ -94,6 +94,13 @@ pub struct TrainDsparkArgs {
     /// Token id of the mask slots.
     #[arg(long, default_value_t = 4)]
     pub mask_token: u32,
+    /// Give the drafter copy hints: at each slot, a learned bias on the logit
+    /// of the token that followed the latest earlier occurrence of the
+    /// longest suffix (up to N tokens, 1..=16) of the text so far (drafts
+    /// included), and on the slot's confidence. From an `--init` file without
+    /// them the biases start at 3·n and 0. 0: as the init file has it.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub copy_ngram: usize,
     /// Anchors (blocks) per sequence per step.
     #[arg(long, default_value_t = 32)]
     pub anchors: usize,

@@ -174,6 +174,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
         rank: a.rank,
         draft_vocab: a.draft_vocab,
         mask_token: a.mask_token,
+        copy_ngram: a.copy_ngram,
         anchors: a.anchors,
         seqs_per_step: a.batch,
         steps: a.steps,

@@ -88,6 +88,21 @@ fn broken_and_mismatched_files_are_refused() {
     refused(&engine, "arch.gguf", &rewrite(&good, set("general.architecture", Value::String("llama".into()))), "architecture is llama, expected dflash");
     refused(&engine, "conf-flag.gguf", &rewrite(&good, set("dflash.has_confidence_head", Value::Bool(false))), "disagrees with the presence of conf_proj.weight");
     refused(&engine, "blocks.gguf", &rewrite(&good, set("tandem.support.target.block_count", Value::U32(31))), "block count is 31 in the file but 30 in the target");
+    // copy hints: both bias arrays, the same length, finite values
+    let floats = |v: &[f32]| Value::Array(tandem_gguf::ValueType::F32, v.iter().map(|&x| Value::F32(x)).collect());
+    let hinted = |b: &[f32], c: Option<&[f32]>| {
+        let (b, c) = (floats(b), c.map(floats));
+        rewrite(&good, move |m, _| {
+            m.push(("tandem-dspark.copy_bias".into(), b));
+            if let Some(c) = c {
+                m.push(("tandem-dspark.copy_conf_bias".into(), c));
+            }
+        })
+    };
+    refused(&engine, "copy-half.gguf", &hinted(&[1.0, 2.0], None), "copy hints need tandem-dspark.copy_bias and tandem-dspark.copy_conf_bias with the same length in 1..=16 (got 2 values and none)");
+    refused(&engine, "copy-len.gguf", &hinted(&[1.0, 2.0], Some(&[0.0])), "(got 2 values and 1 values)");
+    refused(&engine, "copy-nan.gguf", &hinted(&[1.0, f32::NAN], Some(&[0.0, 0.0])), "tandem-dspark.copy_bias holds a value that is not a finite number");
+    refused(&engine, "copy-long.gguf", &hinted(&[1.0; 17], Some(&[0.0; 17])), "(got 17 values and 17 values)");
 
     // tensor rules
     let renamed = rewrite(&good, |_, t| {
@@ -181,6 +196,36 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     .unwrap();
     assert_eq!(spec, plain);
     assert!(sp.stats.drafted > 0);
+    // the same drafter with copy hints: they fire (the text repeats) and the output is still plain's
+    let m = &engine.model;
+    let mut cfg = DSparkConfig::for_target(&m.cfg, 1, 4, vec![2, 10, 20, 30], 32, 4096, 4);
+    cfg.copy_bias = vec![3.0, 6.0, 9.0, 12.0];
+    cfg.copy_conf_bias = vec![0.0, 0.5, 1.0, 1.5];
+    let w = DSparkWeights::init_from_target(m, cfg, Some((0..4096).collect()), 1);
+    let hinted = tmp("hinted.gguf");
+    std::fs::write(&hinted, w.to_gguf(m.gguf(), &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()).unwrap();
+    let mut sp = engine.speculator(&SpecOptions { fixed_length: true, ..opts(&hinted, true) }, 512).unwrap().expect("a speculator");
+    assert!(sp.drafter_name().contains("copy hints up to 4-grams"), "{}", sp.drafter_name());
+    let text = engine.render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Repeat after me three times: the red fox, the red fox.")]).unwrap();
+    let prompt = engine.tokenize_prompt(&text);
+    let mut plain = Vec::new();
+    engine.new_session(512).generate(&prompt, &params, None, |t, _| {
+        if t != u32::MAX {
+            plain.push(t)
+        }
+        true
+    })
+    .unwrap();
+    let mut spec = Vec::new();
+    engine.new_session(512).generate_with(&prompt, &params, Some(&mut sp), None, |t, _| {
+        if t != u32::MAX {
+            spec.push(t)
+        }
+        true
+    })
+    .unwrap();
+    assert_eq!(spec, plain);
+
     let bad = SpecOptions { dspark_block_size: Some(9), ..opts(&path, true) };
     let e = engine.speculator(&bad, 512).err().expect("block size above the trained one");
     assert!(e.to_string().contains("--dspark-block-size 9"), "{e}");

@@ -51,7 +51,15 @@ pub mod keys {
     pub const CTX: &str = "dflash.context_length";
     pub const VOCAB: &str = "dflash.vocab_size";
     pub const MASK: &str = "tokenizer.ggml.mask_token_id";
+    /// Copy hints (tandem's own keys; llama.cpp ignores them and drafts
+    /// without hints): per suffix length n = 1..=len, the logit bias on the
+    /// hinted token's row and the confidence bias.
+    pub const COPY_BIAS: &str = "tandem-dspark.copy_bias";
+    pub const COPY_CONF_BIAS: &str = "tandem-dspark.copy_conf_bias";
 }
+
+/// Longest copy-hint suffix a file may ask for.
+pub const MAX_COPY_NGRAM: usize = 16;
 
 /// Backbone block tensors (`blk.N.<name>`).
 pub const BLOCK_TENSORS: [&str; 11] = [
@@ -94,6 +102,12 @@ pub struct DSparkConfig {
     /// Rows of the draft vocabulary (target vocabulary without `d2t`).
     pub draft_vocab: usize,
     pub has_conf: bool,
+    /// Copy hints: `copy_bias[n − 1]` is added to the logit of the token that
+    /// followed the latest earlier occurrence of the text's last n tokens
+    /// (the longest such suffix, [`crate::mtp::copy_hint`]), and
+    /// `copy_conf_bias[n − 1]` to that slot's confidence logit. Empty: none.
+    pub copy_bias: Vec<f32>,
+    pub copy_conf_bias: Vec<f32>,
 }
 
 impl DSparkConfig {
@@ -127,7 +141,14 @@ impl DSparkConfig {
             markov_rank: rank,
             draft_vocab,
             has_conf: true,
+            copy_bias: Vec::new(),
+            copy_conf_bias: Vec::new(),
         }
+    }
+
+    /// Longest suffix the copy hints look for (0: no hints).
+    pub fn copy_ngram(&self) -> usize {
+        self.copy_bias.len()
     }
 
     pub fn q_dim(&self) -> usize {
@@ -271,6 +292,33 @@ impl DSparkConfig {
         if flag(keys::HAS_CONF, has_conf)? != has_conf {
             return Err(meta(format!("{} disagrees with the presence of conf_proj.weight", keys::HAS_CONF)));
         }
+        let floats = |key: &str| -> Result<Option<Vec<f32>>, SupportError> {
+            match g.get(key) {
+                None => Ok(None),
+                Some(Value::Array(_, items)) => items
+                    .iter()
+                    .map(|v| match v.as_f64() {
+                        Some(x) if x.is_finite() && x.abs() <= 1e4 => Ok(x as f32),
+                        _ => Err(meta(format!("{key} holds a value that is not a finite number"))),
+                    })
+                    .collect::<Result<Vec<f32>, _>>()
+                    .map(Some),
+                Some(_) => Err(meta(format!("{key} is not an array"))),
+            }
+        };
+        let (copy_bias, copy_conf_bias) = match (floats(keys::COPY_BIAS)?, floats(keys::COPY_CONF_BIAS)?) {
+            (None, None) => (Vec::new(), Vec::new()),
+            (Some(b), Some(c)) if b.len() == c.len() && (1..=MAX_COPY_NGRAM).contains(&b.len()) => (b, c),
+            (b, c) => {
+                return Err(meta(format!(
+                    "copy hints need {} and {} with the same length in 1..={MAX_COPY_NGRAM} (got {} and {})",
+                    keys::COPY_BIAS,
+                    keys::COPY_CONF_BIAS,
+                    b.map_or("none".into(), |v| format!("{} values", v.len())),
+                    c.map_or("none".into(), |v| format!("{} values", v.len())),
+                )))
+            }
+        };
         Ok(DSparkConfig {
             n_layer,
             d_model,
@@ -288,12 +336,14 @@ impl DSparkConfig {
             markov_rank,
             draft_vocab,
             has_conf,
+            copy_bias,
+            copy_conf_bias,
         })
     }
 
     /// The metadata a file with this configuration carries.
     pub fn metadata(&self) -> Vec<(&'static str, Value)> {
-        vec![
+        let mut m = vec![
             ("general.architecture", Value::String(ARCH.into())),
             (keys::BLOCK_SIZE, Value::U32(self.block_size as u32)),
             (
@@ -313,7 +363,13 @@ impl DSparkConfig {
             (keys::ROPE_BASE, Value::F32(self.rope_base)),
             (keys::CTX, Value::U32(self.ctx as u32)),
             (keys::MASK, Value::U32(self.mask_token)),
-        ]
+        ];
+        if !self.copy_bias.is_empty() {
+            let arr = |v: &[f32]| Value::Array(tandem_gguf::ValueType::F32, v.iter().map(|&x| Value::F32(x)).collect());
+            m.push((keys::COPY_BIAS, arr(&self.copy_bias)));
+            m.push((keys::COPY_CONF_BIAS, arr(&self.copy_conf_bias)));
+        }
+        m
     }
 }
 
@@ -624,6 +680,8 @@ pub struct DSparkModel {
     /// Own head (None: the target's, full vocabulary).
     output: Option<WeightRef>,
     d2t: Option<Vec<u32>>,
+    /// Target token → draft row (u32::MAX: none); built only for copy hints.
+    t2d: Vec<u32>,
     w1: WeightRef,
     w2: WeightRef,
     conf: Option<(Vec<f32>, f32)>,
@@ -745,7 +803,14 @@ impl DSparkModel {
         } else {
             None
         };
-        Ok(DSparkModel { gguf: g, target, cfg, fc, enc_norm, layers, output_norm, output, d2t, w1, w2, conf })
+        let mut t2d = Vec::new();
+        if cfg.copy_ngram() > 0 {
+            t2d = vec![u32::MAX; tc.vocab];
+            for r in 0..cfg.draft_vocab {
+                t2d[d2t.as_ref().map_or(r, |v| v[r] as usize)] = r as u32;
+            }
+        }
+        Ok(DSparkModel { gguf: g, target, cfg, fc, enc_norm, layers, output_norm, output, d2t, t2d, w1, w2, conf })
     }
 
     pub fn target(&self) -> &Arc<Model> {
@@ -912,10 +977,22 @@ impl DSparkModel {
         Ok(())
     }
 
-    /// One Markov step: add `w2 · w1[prev]` to `logits` (a slot's base
-    /// logits, draft vocabulary) and return the slot's confidence
-    /// σ(conf · [e; w1[prev]] + b) (None without a confidence head).
-    pub fn markov(&self, pool: &ThreadPool, prev: u32, e: &[f32], logits: &mut [f32]) -> Result<Option<f32>, ModelError> {
+    /// The copy hint of the slot whose Markov input is the last token of
+    /// `text` (the history, the anchor and the drafts before the slot):
+    /// `(draft row, suffix length)`, or None without hints, without an
+    /// earlier occurrence, or for a token outside the draft vocabulary.
+    pub fn copy_hint(&self, text: &[u32]) -> Option<(usize, usize)> {
+        let (tok, n) = crate::mtp::copy_hint(text, self.cfg.copy_ngram());
+        let row = *self.t2d.get(tok? as usize)?;
+        (row != u32::MAX).then_some((row as usize, n))
+    }
+
+    /// One Markov step: add `w2 · w1[prev]` (and the copy bias of `hint`, a
+    /// `(draft row, suffix length)` from [`Self::copy_hint`]) to `logits` (a
+    /// slot's base logits, draft vocabulary) and return the slot's
+    /// confidence σ(conf · [e; w1[prev]] + b + copy_conf_bias) (None without
+    /// a confidence head).
+    pub fn markov(&self, pool: &ThreadPool, prev: u32, hint: Option<(usize, usize)>, e: &[f32], logits: &mut [f32]) -> Result<Option<f32>, ModelError> {
         let c = &self.cfg;
         if prev as usize >= self.target.cfg.vocab {
             return Err(ModelError::BadToken { id: prev, vocab: self.target.cfg.vocab });
@@ -926,8 +1003,16 @@ impl DSparkModel {
         let mut bias = vec![0f32; c.draft_vocab];
         matmul(pool, &self.w2.view(&self.gguf), &w, 1, &mut bias);
         logits.iter_mut().zip(&bias).for_each(|(l, b)| *l += b);
+        let mut hz = 0.0;
+        if let Some((row, n)) = hint {
+            if row >= c.draft_vocab || n == 0 || n > c.copy_ngram() {
+                return Err(ModelError::BadConfig(format!("dspark: copy hint (row {row}, length {n}) out of range")));
+            }
+            logits[row] += c.copy_bias[n - 1];
+            hz = c.copy_conf_bias[n - 1];
+        }
         Ok(self.conf.as_ref().map(|(cw, cb)| {
-            let z = ops::dot_f32(&cw[..c.d_model], e) + ops::dot_f32(&cw[c.d_model..], &w) + cb;
+            let z = ops::dot_f32(&cw[..c.d_model], e) + ops::dot_f32(&cw[c.d_model..], &w) + cb + hz;
             1.0 / (1.0 + (-z).exp())
         }))
     }

@@ -44,6 +44,8 @@ pub struct DSparkDrafter {
     e: Vec<f32>,
     base: Vec<f32>,
     logits: Vec<f32>,
+    /// The history, the anchor and the drafts so far (copy hints only).
+    text: Vec<u32>,
 }
 
 impl DSparkDrafter {
@@ -75,6 +77,7 @@ impl DSparkDrafter {
             e: Vec::new(),
             base: Vec::new(),
             logits: Vec::new(),
+            text: Vec::new(),
         })
     }
 
@@ -123,7 +126,7 @@ impl Drafter for DSparkDrafter {
     fn name(&self) -> String {
         let c = &self.model.cfg;
         format!(
-            "dspark(block {} of {}, {} layer{}, taps {:?}, rank {}, draft vocab {}, confidence {})",
+            "dspark(block {} of {}, {} layer{}, taps {:?}, rank {}, draft vocab {}, confidence {}{})",
             self.opts.block_size,
             c.block_size,
             c.n_layer,
@@ -135,6 +138,10 @@ impl Drafter for DSparkDrafter {
                 Some(v) => format!("cut {v}"),
                 None if self.model.has_confidence() => "scheduled".into(),
                 None => "none".into(),
+            },
+            match c.copy_ngram() {
+                0 => String::new(),
+                n => format!(", copy hints up to {n}-grams"),
             }
         )
     }
@@ -207,11 +214,18 @@ impl Drafter for DSparkDrafter {
         let take = max.min(self.drafts_per_pass());
         let sampler = (!params.is_greedy()).then(|| Sampler::new(params.clone()));
         let mut prev = next;
+        let hints = self.model.cfg.copy_ngram() > 0;
+        if hints {
+            self.text.clear();
+            self.text.extend_from_slice(history);
+            self.text.push(next);
+        }
         for j in 0..take {
             let i = first + j;
             self.logits.clear();
             self.logits.extend_from_slice(&self.base[i * dv..(i + 1) * dv]);
-            let conf = self.model.markov(&self.pool, prev, &self.e[i * d..(i + 1) * d], &mut self.logits)?;
+            let hint = if hints { self.model.copy_hint(&self.text) } else { None };
+            let conf = self.model.markov(&self.pool, prev, hint, &self.e[i * d..(i + 1) * d], &mut self.logits)?;
             if let (Some(cut), Some(c)) = (self.opts.confidence, conf) {
                 // decided before the token is chosen: truncation stays lossless
                 if c < cut {
@@ -233,6 +247,9 @@ impl Drafter for DSparkDrafter {
                 out.confidence.push(c);
             }
             prev = tok;
+            if hints {
+                self.text.push(tok);
+            }
         }
         if out.confidence.len() != out.tokens.len() {
             out.confidence.clear();

@@ -25,10 +25,14 @@ fn target(seed: u64, spec: SyntheticSpec) -> Arc<Model> {
 /// A drafter made from the target (backbone = its last block, output = its
 /// head rows), with random Markov weights and confidence so that every path
 /// (Markov bias, confidence cut, reduced vocabulary) runs.
-fn drafter_model(t: &Arc<Model>, seed: u64, block: usize, d2t: Option<Vec<u32>>) -> Arc<DSparkModel> {
+fn drafter_model(t: &Arc<Model>, seed: u64, block: usize, d2t: Option<Vec<u32>>, hints: bool) -> Arc<DSparkModel> {
     let n = t.cfg.n_layer;
     let dv = d2t.as_ref().map_or(t.cfg.vocab, |v| v.len());
-    let cfg = DSparkConfig::for_target(&t.cfg, 1, block, vec![1, n], 32, dv, 3);
+    let mut cfg = DSparkConfig::for_target(&t.cfg, 1, block, vec![1, n], 32, dv, 3);
+    if hints {
+        cfg.copy_bias = vec![2.0, 4.0, 6.0];
+        cfg.copy_conf_bias = vec![0.5, 1.0, -1.0];
+    }
     let mut w = DSparkWeights::init_from_target(t, cfg, d2t, seed);
     let mut r = seed | 1;
     let mut noise = |s: f32| {
@@ -51,14 +55,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
     fn dspark_greedy_equals_plain(seed in 1u64..10_000, block in 1usize..=6, adaptive in any::<bool>(),
-                                  threads in 1usize..=2, reduced in any::<bool>(),
+                                  threads in 1usize..=2, reduced in any::<bool>(), hints in any::<bool>(),
                                   cut in prop::sample::select(vec![None, Some(0.3f32), Some(0.6)])) {
         let m = target(seed, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
         let pool = Arc::new(ThreadPool::new(threads));
         let prompt: Vec<u32> = (0..12).map(|i| ((seed as u32).wrapping_mul(31) + i * 17) % 300 + 4).collect();
         let want = common::plain(&m, &pool, &prompt, 40);
         let d2t = reduced.then(|| (0..m.cfg.vocab as u32).filter(|i| i % 3 != 1).take(192).collect());
-        let dm = drafter_model(&m, seed, block.max(1), d2t);
+        let dm = drafter_model(&m, seed, block.max(1), d2t, hints);
         let drafter = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: block, confidence: cut }).unwrap();
         let cfg = SpecConfig { max_draft: block, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
@@ -80,7 +84,7 @@ fn drafts_are_accepted_sometimes() {
         let m = target(seed, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, vocab: 64, ..Default::default() });
         let pool = Arc::new(ThreadPool::new(1));
         let prompt: Vec<u32> = (0..8).map(|i| (seed as u32 * 7 + i * 5) % 60 + 4).collect();
-        let dm = drafter_model(&m, seed, 4, None);
+        let dm = drafter_model(&m, seed, 4, None, seed % 2 == 0);
         let drafter = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
         let cfg = SpecConfig { max_draft: 4, scheduler: SchedulerConfig { adaptive: false, ..Default::default() }, opportunistic: false, log: false };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
@@ -95,7 +99,7 @@ fn drafts_are_accepted_sometimes() {
 fn bad_options_are_errors() {
     let m = target(1, SyntheticSpec::default());
     let pool = Arc::new(ThreadPool::new(1));
-    let dm = drafter_model(&m, 1, 4, None);
+    let dm = drafter_model(&m, 1, 4, None, false);
     for (b, c) in [(0, None), (5, None), (2, Some(1.5)), (2, Some(-0.1))] {
         assert!(DSparkDrafter::new(dm.clone(), pool.clone(), 64, DSparkOptions { block_size: b, confidence: c }).is_err(), "{b} {c:?}");
     }
@@ -107,16 +111,27 @@ const N: usize = 100_000;
 /// (top-k 4): speculative with a sampling DSpark drafter vs the target's own.
 #[test]
 fn sampled_dspark_drafts_at_temperature_0_8() {
+    sampled(false);
+}
+
+/// The same with copy hints (a prompt that repeats, so they fire): the hint's
+/// bias is part of the distribution the drafts are sampled from.
+#[test]
+fn sampled_dspark_drafts_with_copy_hints_at_temperature_0_8() {
+    sampled(true);
+}
+
+fn sampled(hints: bool) {
     let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 1, d_model: 32, n_head: 2, n_kv_head: 1, ffn: 64, ..Default::default() };
     let m = target(21, spec);
     let pool = ThreadPool::new(1);
     let params = SamplerParams { temperature: 0.8, top_k: 4, top_p: 1.0, min_p: 0.0, seed: 0 };
-    let prompt = [10u32, 20, 30];
+    let prompt: &[u32] = if hints { &[10, 20, 30, 10, 20] } else { &[10, 20, 30] };
     let s = Sampler::new(params.clone());
     let mut cache0 = m.new_cache(64);
     let mut out = ForwardOutput::default();
     let taps = vec![HiddenTap::Layer(0)];
-    m.forward(&pool, &mut cache0, &prompt, &LogitRows::Last, &taps, &mut out).unwrap();
+    m.forward(&pool, &mut cache0, prompt, &LogitRows::Last, &taps, &mut out).unwrap();
     let hidden0 = out.hidden.clone();
     let logits0 = out.logits_row(0).to_vec();
     let p1 = s.distribution(&logits0);
@@ -138,7 +153,11 @@ fn sampled_dspark_drafts_at_temperature_0_8() {
     d2t.extend((4..12).filter(|i| !support.contains(i)));
     d2t.sort_unstable();
     let dm = {
-        let cfg = DSparkConfig::for_target(&m.cfg, 1, 2, vec![1], 32, d2t.len(), 3);
+        let mut cfg = DSparkConfig::for_target(&m.cfg, 1, 2, vec![1], 32, d2t.len(), 3);
+        if hints {
+            cfg.copy_bias = vec![1.5, 2.5];
+            cfg.copy_conf_bias = vec![0.5, 1.0];
+        }
         let mut w = DSparkWeights::init_from_target(&m, cfg, Some(d2t), 5);
         if let Some((c, _)) = &mut w.conf {
             c.iter_mut().enumerate().for_each(|(i, x)| *x = ((i % 7) as f32 - 3.0) * 0.05);

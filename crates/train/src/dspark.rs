@@ -49,6 +49,8 @@ pub struct DSparkTrainConfig {
     pub rank: usize,
     pub draft_vocab: usize,
     pub mask_token: u32,
+    /// Copy hints up to this suffix length (0: as the init file has them).
+    pub copy_ngram: usize,
     /// Anchors per sequence per step.
     pub anchors: usize,
     /// Sequences per optimiser step.
@@ -257,6 +259,10 @@ pub struct Blocks {
     pub emb: Vec<f32>,
     /// Markov inputs (target ids), `A·B`.
     pub prev: Vec<u32>,
+    /// Copy hint per slot: draft row (u32::MAX: none) and suffix length
+    /// (empty without hints).
+    pub hint_row: Vec<u32>,
+    pub hint_len: Vec<u32>,
 }
 
 /// Labels of a [`Blocks`].
@@ -282,6 +288,8 @@ pub struct DSparkNet {
     w2: Var,
     conf_w: Var,
     conf_b: Var,
+    /// Copy-hint logit and confidence biases per suffix length (None: no hints).
+    copy: Option<(Var, Var)>,
     /// The target's final norm (for the target distribution).
     target_norm: Tensor,
     target_eps: f64,
@@ -321,6 +329,11 @@ impl DSparkNet {
             w2: var(&w.markov_w2, c.draft_vocab, c.markov_rank)?,
             conf_w: var(&cw, 1, d + c.markov_rank)?,
             conf_b: Var::from_tensor(&Tensor::from_slice(&[cb], 1, dev)?)?,
+            copy: if c.copy_ngram() > 0 {
+                Some((var(&c.copy_bias, c.copy_ngram(), 1)?, var(&c.copy_conf_bias, c.copy_ngram(), 1)?))
+            } else {
+                None
+            },
             target_norm: Tensor::from_slice(target.output_norm(), d, dev)?,
             target_eps: target.cfg.eps as f64,
         })
@@ -339,14 +352,22 @@ impl DSparkNet {
         for b in &self.blocks {
             v.extend(b.iter().cloned());
         }
+        if let Some((b, c)) = &self.copy {
+            v.extend([b.clone(), c.clone()]);
+        }
         v
     }
 
     /// Back to plain f32 weights (for export).
     pub fn weights(&self, d2t: Option<Vec<u32>>) -> Result<DSparkWeights> {
         let f = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
+        let mut cfg = self.cfg.clone();
+        if let Some((b, c)) = &self.copy {
+            cfg.copy_bias = f(b.as_tensor())?;
+            cfg.copy_conf_bias = f(c.as_tensor())?;
+        }
         Ok(DSparkWeights {
-            cfg: self.cfg.clone(),
+            cfg,
             fc: f(self.fc.as_tensor())?,
             enc_norm: f(self.enc_norm.as_tensor())?,
             blocks: self
@@ -459,9 +480,27 @@ impl DSparkNet {
         let u = linear(&e, &self.output)?;
         let prev = Tensor::from_slice(&b.prev, n, dev)?;
         let w = self.w1.as_tensor().index_select(&prev, 0)?;
-        let logits = (u + linear(&w, self.w2.as_tensor())?)?;
+        let mut logits = (u + linear(&w, self.w2.as_tensor())?)?;
         let ew = Tensor::cat(&[e.detach(), w.detach()], 1)?;
-        let z = linear(&ew, self.conf_w.as_tensor())?.squeeze(1)?.broadcast_add(self.conf_b.as_tensor())?;
+        let mut z = linear(&ew, self.conf_w.as_tensor())?.squeeze(1)?.broadcast_add(self.conf_b.as_tensor())?;
+        if let Some((cb, cc)) = &self.copy {
+            // one-hot of each slot's hinted row, scaled by the bias of its suffix length
+            let vd = c.draft_vocab;
+            let (mut onehot, mut has, mut len) = (vec![0f32; n * vd], vec![0f32; n], vec![0u32; n]);
+            for r in 0..n {
+                if b.hint_row[r] != u32::MAX {
+                    onehot[r * vd + b.hint_row[r] as usize] = 1.0;
+                    has[r] = 1.0;
+                    len[r] = b.hint_len[r] - 1;
+                }
+            }
+            let len = Tensor::from_vec(len, n, dev)?;
+            let has = Tensor::from_vec(has, n, dev)?;
+            let bias = (cb.as_tensor().index_select(&len, 0)? * &has)?;
+            let onehot = Tensor::from_vec(onehot, (n, vd), dev)?;
+            logits = (logits + onehot.broadcast_mul(&bias.unsqueeze(1)?)?)?;
+            z = (z + (cc.as_tensor().index_select(&len, 0)? * &has)?)?;
+        }
         Ok((e, logits, z))
     }
 
@@ -519,6 +558,10 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
     let mut prev = vec![cfg.mask_token; n];
     let mut labels = vec![u32::MAX; n];
     let mut valid = vec![false; n];
+    // slot i's hint is over the text up to its Markov input tokens[a + i]
+    let nmax = cfg.copy_ngram();
+    let hints = if nmax > 0 { tandem_model::mtp::copy_hints(&s.tokens, len, nmax) } else { Vec::new() };
+    let (mut hint_row, mut hint_len) = if nmax > 0 { (vec![u32::MAX; n], vec![0u32; n]) } else { (Vec::new(), Vec::new()) };
     // the target's final residual (before its output norm), from the data file
     let mut h_last = vec![0f32; n * d];
     for (k, &a) in anchors.iter().enumerate() {
@@ -532,6 +575,12 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
             }
             if p < len {
                 prev[r] = s.tokens[p];
+                if let (Some(t), k) = hints.get(p).copied().unwrap_or((None, 0)) {
+                    if t2d[t as usize] != u32::MAX {
+                        hint_row[r] = t2d[t as usize];
+                        hint_len[r] = k as u32;
+                    }
+                }
                 labels[r] = t2d[s.argmax[p] as usize];
                 valid[r] = true;
                 for (o, v) in h_last[r * d..(r + 1) * d].iter_mut().zip(&s.hidden[p * d..(p + 1) * d]) {
@@ -540,7 +589,7 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
             }
         }
     }
-    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev }, Targets { labels, valid, h_last })
+    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev, hint_row, hint_len }, Targets { labels, valid, h_last })
 }
 
 /// The draft vocabulary: the `n` most frequent labels of the training split
@@ -612,6 +661,8 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
                 markov_rank: tc.rank,
                 draft_vocab: d2t.len(),
                 has_conf: true,
+                copy_bias: Vec::new(),
+                copy_conf_bias: Vec::new(),
             };
             let mut w = DSparkWeights::init_from_target(model, cfg, Some(d2t), tc.seed);
             if tcfg.rope_style == RopeStyle::Pairs {
@@ -630,6 +681,17 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             w
         }
     };
+    let mut init = init;
+    match (init.cfg.copy_ngram(), tc.copy_ngram) {
+        (_, 0) => {}
+        (have, n) if have == n => {}
+        (0, n) if n <= tandem_model::dspark::MAX_COPY_NGRAM => {
+            init.cfg.copy_bias = (1..=n).map(|k| 3.0 * k as f32).collect();
+            init.cfg.copy_conf_bias = vec![0.0; n];
+        }
+        (0, n) => bail!("--copy-ngram {n}: need 1..={}", tandem_model::dspark::MAX_COPY_NGRAM),
+        (have, n) => bail!("--copy-ngram {n}: the init file's copy hints match up to {have}"),
+    }
     let cfg = init.cfg.clone();
     let d2t: Vec<u32> = init.d2t.clone().unwrap_or_else(|| (0..tcfg.vocab as u32).collect());
     let mut t2d = vec![u32::MAX; tcfg.vocab];

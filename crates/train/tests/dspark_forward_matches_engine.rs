@@ -50,6 +50,17 @@ fn perturb(w: &mut DSparkWeights, seed: u64) {
 
 #[test]
 fn candle_forward_matches_engine_dspark() {
+    check(false);
+}
+
+/// With copy hints: slots 0 and 2 carry a hint (suffix lengths 2 and 1),
+/// the others none; the second block hints at slot 1.
+#[test]
+fn candle_forward_matches_engine_dspark_with_copy_hints() {
+    check(true);
+}
+
+fn check(hints: bool) {
     let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
     let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
     let tc = target.cfg.clone();
@@ -72,6 +83,8 @@ fn candle_forward_matches_engine_dspark() {
         markov_rank: 8,
         draft_vocab: d2t.len(),
         has_conf: true,
+        copy_bias: if hints { vec![0.7, 1.9] } else { Vec::new() },
+        copy_conf_bias: if hints { vec![0.4, -0.3] } else { Vec::new() },
     };
     let mut w = DSparkWeights::init_from_target(&target, cfg.clone(), Some(d2t.clone()), 5);
     perturb(&mut w, 77);
@@ -86,6 +99,12 @@ fn candle_forward_matches_engine_dspark() {
     let feats: Vec<f32> = (0..a * fd).map(|_| 4.0 * r.next()).collect();
     let anchor = 17u32;
     let prev: Vec<u32> = vec![anchor, 250, 8, 101]; // Markov inputs of slots 0..3
+    // copy hints per slot of both blocks: (draft row, suffix length)
+    let hint: [Option<(usize, usize)>; 8] = if hints {
+        [Some((5, 2)), None, Some((150, 1)), None, None, Some((7, 2)), None, None]
+    } else {
+        [None; 8]
+    };
     let pool = ThreadPool::new(1);
     let mut cache = dm.new_cache(64);
     dm.inject(&pool, &mut cache, &feats, a).unwrap();
@@ -97,7 +116,7 @@ fn candle_forward_matches_engine_dspark() {
     let mut eng_conf = Vec::new();
     for i in 0..4 {
         let mut lg = base[i * vd..(i + 1) * vd].to_vec();
-        let c = dm.markov(&pool, prev[i], &e[i * d..(i + 1) * d], &mut lg).unwrap().unwrap();
+        let c = dm.markov(&pool, prev[i], hint[i], &e[i * d..(i + 1) * d], &mut lg).unwrap().unwrap();
         eng_logits.push(lg);
         eng_conf.push(c);
     }
@@ -118,7 +137,12 @@ fn candle_forward_matches_engine_dspark() {
     }
     let mut prevs = prev.clone();
     prevs.extend([40, 1, 2, 3]);
-    let b = Blocks { feats: feats.clone(), l: a, anchors: vec![a, 5], emb, prev: prevs };
+    let (hint_row, hint_len) = if hints {
+        (hint.iter().map(|h| h.map_or(u32::MAX, |x| x.0 as u32)).collect(), hint.iter().map(|h| h.map_or(0, |x| x.1 as u32)).collect())
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let b = Blocks { feats: feats.clone(), l: a, anchors: vec![a, 5], emb, prev: prevs, hint_row, hint_len };
     let (ce, cl, cz) = net.forward(&b, &dev).unwrap();
     let cl = cl.to_vec2::<f32>().unwrap();
     let ce = ce.to_vec2::<f32>().unwrap();
@@ -139,4 +163,11 @@ fn candle_forward_matches_engine_dspark() {
     // the markov term matters (not a vacuous comparison)
     let plain: Vec<f32> = base[..vd].to_vec();
     assert!(plain.iter().zip(&eng_logits[0]).any(|(x, y)| (x - y).abs() > 1e-3));
+    if hints {
+        // the hint's bias matters too: the hinted row moved by more than the Markov term elsewhere
+        let mut no_hint = base[..vd].to_vec();
+        let c0 = dm.markov(&pool, prev[0], None, &e[..d], &mut no_hint).unwrap().unwrap();
+        assert!((eng_logits[0][5] - no_hint[5] - 1.9).abs() < 1e-5);
+        assert!((c0 - eng_conf[0]).abs() > 1e-3, "the confidence bias applies");
+    }
 }
