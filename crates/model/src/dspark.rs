@@ -979,20 +979,25 @@ impl DSparkModel {
 
     /// The copy hint of the slot whose Markov input is the last token of
     /// `text` (the history, the anchor and the drafts before the slot):
-    /// `(draft row, suffix length)`, or None without hints, without an
-    /// earlier occurrence, or for a token outside the draft vocabulary.
-    pub fn copy_hint(&self, text: &[u32]) -> Option<(usize, usize)> {
-        let (tok, n) = crate::mtp::copy_hint(text, self.cfg.copy_ngram());
-        let row = *self.t2d.get(tok? as usize)?;
-        (row != u32::MAX).then_some((row as usize, n))
+    /// `(target token, suffix length)`, or None without hints or without an
+    /// earlier occurrence.
+    pub fn copy_hint(&self, text: &[u32]) -> Option<(u32, usize)> {
+        match crate::mtp::copy_hint(text, self.cfg.copy_ngram()) {
+            (Some(t), n) if n > 0 => Some((t, n)),
+            _ => None,
+        }
     }
 
-    /// One Markov step: add `w2 · w1[prev]` (and the copy bias of `hint`, a
-    /// `(draft row, suffix length)` from [`Self::copy_hint`]) to `logits` (a
-    /// slot's base logits, draft vocabulary) and return the slot's
-    /// confidence σ(conf · [e; w1[prev]] + b + copy_conf_bias) (None without
-    /// a confidence head).
-    pub fn markov(&self, pool: &ThreadPool, prev: u32, hint: Option<(usize, usize)>, e: &[f32], logits: &mut [f32]) -> Result<Option<f32>, ModelError> {
+    /// One Markov step: add `w2 · w1[prev]` to `logits` (a slot's base
+    /// logits, draft vocabulary) and return the slot's confidence
+    /// σ(conf · [e; w1[prev]] + b) (None without a confidence head).
+    ///
+    /// With a copy `hint` from [`Self::copy_hint`], `copy_bias[n − 1]` goes
+    /// on the hinted token's row and `copy_conf_bias[n − 1]` into the
+    /// confidence; a hinted token outside the draft vocabulary gets a logit
+    /// of its own appended after the draft rows (the target head's row for
+    /// it · e, plus the bias), so `logits[draft_vocab]` then stands for it.
+    pub fn markov(&self, pool: &ThreadPool, prev: u32, hint: Option<(u32, usize)>, e: &[f32], logits: &mut Vec<f32>) -> Result<Option<f32>, ModelError> {
         let c = &self.cfg;
         if prev as usize >= self.target.cfg.vocab {
             return Err(ModelError::BadToken { id: prev, vocab: self.target.cfg.vocab });
@@ -1004,11 +1009,21 @@ impl DSparkModel {
         matmul(pool, &self.w2.view(&self.gguf), &w, 1, &mut bias);
         logits.iter_mut().zip(&bias).for_each(|(l, b)| *l += b);
         let mut hz = 0.0;
-        if let Some((row, n)) = hint {
-            if row >= c.draft_vocab || n == 0 || n > c.copy_ngram() {
-                return Err(ModelError::BadConfig(format!("dspark: copy hint (row {row}, length {n}) out of range")));
+        if let Some((tok, n)) = hint {
+            if tok as usize >= self.target.cfg.vocab || n == 0 || n > c.copy_ngram() {
+                return Err(ModelError::BadConfig(format!("dspark: copy hint (token {tok}, length {n}) out of range")));
             }
-            logits[row] += c.copy_bias[n - 1];
+            let b = c.copy_bias[n - 1];
+            match self.t2d[tok as usize] {
+                u32::MAX => {
+                    let w = self.target.output_weight().gather_rows(self.target.gguf(), &[tok], "dspark.hint_row")?;
+                    let mut l = vec![0f32; 1];
+                    matmul(pool, &w.view(self.target.gguf()), e, 1, &mut l);
+                    logits.truncate(c.draft_vocab);
+                    logits.push(l[0] + b);
+                }
+                row => logits[row as usize] += b,
+            }
             hz = c.copy_conf_bias[n - 1];
         }
         Ok(self.conf.as_ref().map(|(cw, cb)| {

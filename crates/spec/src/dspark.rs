@@ -232,11 +232,13 @@ impl Drafter for DSparkDrafter {
                     break;
                 }
             }
+            // a row after the draft rows is a copy hint outside them
+            let model = &self.model;
+            let row_token = |r: usize| if r < dv { model.to_target(r) } else { hint.map_or(0, |h| h.0) };
             let tok = match &sampler {
-                None => self.model.to_target(argmax(&self.logits) as usize),
+                None => row_token(argmax(&self.logits) as usize),
                 Some(s) => {
-                    let dist: Vec<(u32, f32)> =
-                        s.distribution(&self.logits).into_iter().map(|(r, p)| (self.model.to_target(r as usize), p)).collect();
+                    let dist: Vec<(u32, f32)> = s.distribution(&self.logits).into_iter().map(|(r, p)| (row_token(r as usize), p)).collect();
                     let t = Sampler::draw(&dist, rng.uniform());
                     out.dists.push(dist);
                     t

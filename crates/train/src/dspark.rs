@@ -20,6 +20,11 @@
 //! residual the data file holds). The confidence head sees its inputs
 //! detached, so the BCE trains `conf_proj` only. The token embedding and the
 //! output head (draft-vocabulary rows of the target's head) are constants.
+//!
+//! With copy hints (`--copy-ngram`) each slot's hint, over the true tokens up
+//! to its Markov input, adds its learned bias to the logits (and to the
+//! confidence); a hint outside the draft vocabulary is an extra column, a
+//! label equal to it is trained on that column, and `p_t` covers it too.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -263,11 +268,16 @@ pub struct Blocks {
     /// (empty without hints).
     pub hint_row: Vec<u32>,
     pub hint_len: Vec<u32>,
+    /// For a hint outside the draft vocabulary: the target head's row for it
+    /// (`A·B × d`, zeros elsewhere) and a 1 in `hint_oov` (empty without hints).
+    pub hint_out: Vec<f32>,
+    pub hint_oov: Vec<f32>,
 }
 
 /// Labels of a [`Blocks`].
 pub struct Targets {
-    /// Draft-vocabulary label per slot (u32::MAX: outside the draft vocabulary).
+    /// Draft-vocabulary label per slot (u32::MAX: outside the draft
+    /// vocabulary; `draft_vocab`: the slot's out-of-vocabulary copy hint).
     pub labels: Vec<u32>,
     /// Slot is inside the sequence.
     pub valid: Vec<bool>,
@@ -494,20 +504,40 @@ impl DSparkNet {
                     len[r] = b.hint_len[r] - 1;
                 }
             }
+            for r in 0..n {
+                if b.hint_oov[r] > 0.0 {
+                    has[r] = 1.0;
+                    len[r] = b.hint_len[r] - 1;
+                }
+            }
             let len = Tensor::from_vec(len, n, dev)?;
             let has = Tensor::from_vec(has, n, dev)?;
-            let bias = (cb.as_tensor().index_select(&len, 0)? * &has)?;
+            let bias = cb.as_tensor().index_select(&len, 0)?;
             let onehot = Tensor::from_vec(onehot, (n, vd), dev)?;
-            logits = (logits + onehot.broadcast_mul(&bias.unsqueeze(1)?)?)?;
+            logits = (logits + onehot.broadcast_mul(&(&bias * &has)?.unsqueeze(1)?)?)?;
+            // a hint outside the draft vocabulary: its own column (−1e9 where there is none)
+            let ho = Tensor::from_slice(&b.hint_out, (n, c.d_model), dev)?;
+            let oov = Tensor::from_slice(&b.hint_oov, n, dev)?;
+            let extra = ((((&e * ho)?.sum(1)? + &bias)? * &oov)? + ((oov - 1.0)? * 1e9)?)?;
+            logits = Tensor::cat(&[logits, extra.unsqueeze(1)?], 1)?;
             z = (z + (cc.as_tensor().index_select(&len, 0)? * &has)?)?;
         }
         Ok((e, logits, z))
     }
 
-    /// The target's distribution over the draft vocabulary, `A·B × V_d`.
-    fn target_probs(&self, h_last: &[f32], n: usize, dev: &Device) -> Result<Tensor> {
+    /// The target's distribution over the draft vocabulary, `A·B × V_d`
+    /// (with copy hints `A·B × (V_d + 1)`: the last column is a hint outside
+    /// the draft vocabulary, as in [`Self::forward`]).
+    pub fn target_probs(&self, h_last: &[f32], b: &Blocks, n: usize, dev: &Device) -> Result<Tensor> {
         let h = Tensor::from_slice(h_last, (n, self.cfg.d_model), dev)?;
-        let lg = linear(&rmsnorm(&h, &self.target_norm, self.target_eps)?, &self.output)?;
+        let hn = rmsnorm(&h, &self.target_norm, self.target_eps)?;
+        let mut lg = linear(&hn, &self.output)?;
+        if self.copy.is_some() {
+            let ho = Tensor::from_slice(&b.hint_out, (n, self.cfg.d_model), dev)?;
+            let oov = Tensor::from_slice(&b.hint_oov, n, dev)?;
+            let extra = (((hn * ho)?.sum(1)? * &oov)? + ((oov - 1.0)? * 1e9)?)?;
+            lg = Tensor::cat(&[lg, extra.unsqueeze(1)?], 1)?;
+        }
         Ok(candle_nn::ops::softmax(&lg, D::Minus1)?)
     }
 
@@ -516,7 +546,7 @@ impl DSparkNet {
         let bs = self.cfg.block_size;
         let n = t.labels.len();
         let (_, logits, z) = self.forward(b, dev)?;
-        let pt = self.target_probs(&t.h_last, n, dev)?;
+        let pt = self.target_probs(&t.h_last, b, n, dev)?;
         let lsm = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
         let pd = lsm.exp()?;
         let (mut cew, mut tvw, mut val, mut lab) = (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0u32; n]);
@@ -562,6 +592,8 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
     let nmax = cfg.copy_ngram();
     let hints = if nmax > 0 { tandem_model::mtp::copy_hints(&s.tokens, len, nmax) } else { Vec::new() };
     let (mut hint_row, mut hint_len) = if nmax > 0 { (vec![u32::MAX; n], vec![0u32; n]) } else { (Vec::new(), Vec::new()) };
+    let (mut hint_out, mut hint_oov) = if nmax > 0 { (vec![0f32; n * d], vec![0f32; n]) } else { (Vec::new(), Vec::new()) };
+    let out_w = model.output_weight().view(model.gguf());
     // the target's final residual (before its output norm), from the data file
     let mut h_last = vec![0f32; n * d];
     for (k, &a) in anchors.iter().enumerate() {
@@ -575,13 +607,20 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
             }
             if p < len {
                 prev[r] = s.tokens[p];
+                labels[r] = t2d[s.argmax[p] as usize];
                 if let (Some(t), k) = hints.get(p).copied().unwrap_or((None, 0)) {
+                    hint_len[r] = k as u32;
                     if t2d[t as usize] != u32::MAX {
                         hint_row[r] = t2d[t as usize];
-                        hint_len[r] = k as u32;
+                    } else {
+                        // its own column, after the draft rows
+                        out_w.row_f32(t as usize, &mut hint_out[r * d..(r + 1) * d]);
+                        hint_oov[r] = 1.0;
+                        if s.argmax[p] == t {
+                            labels[r] = cfg.draft_vocab as u32;
+                        }
                     }
                 }
-                labels[r] = t2d[s.argmax[p] as usize];
                 valid[r] = true;
                 for (o, v) in h_last[r * d..(r + 1) * d].iter_mut().zip(&s.hidden[p * d..(p + 1) * d]) {
                     *o = v.to_f32();
@@ -589,7 +628,7 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
             }
         }
     }
-    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev, hint_row, hint_len }, Targets { labels, valid, h_last })
+    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev, hint_row, hint_len, hint_out, hint_oov }, Targets { labels, valid, h_last })
 }
 
 /// The draft vocabulary: the `n` most frequent labels of the training split

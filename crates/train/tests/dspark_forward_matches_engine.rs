@@ -53,8 +53,9 @@ fn candle_forward_matches_engine_dspark() {
     check(false);
 }
 
-/// With copy hints: slots 0 and 2 carry a hint (suffix lengths 2 and 1),
-/// the others none; the second block hints at slot 1.
+/// With copy hints: slot 0 carries a hint inside the draft vocabulary
+/// (suffix length 2), slot 2 one outside it (its own logit column), the
+/// others none; the second block hints at slot 1.
 #[test]
 fn candle_forward_matches_engine_dspark_with_copy_hints() {
     check(true);
@@ -99,9 +100,10 @@ fn check(hints: bool) {
     let feats: Vec<f32> = (0..a * fd).map(|_| 4.0 * r.next()).collect();
     let anchor = 17u32;
     let prev: Vec<u32> = vec![anchor, 250, 8, 101]; // Markov inputs of slots 0..3
-    // copy hints per slot of both blocks: (draft row, suffix length)
-    let hint: [Option<(usize, usize)>; 8] = if hints {
-        [Some((5, 2)), None, Some((150, 1)), None, None, Some((7, 2)), None, None]
+    // copy hints per slot of both blocks: (target token, suffix length);
+    // token 4 is outside the draft vocabulary (4 % 3 == 1)
+    let hint: [Option<(u32, usize)>; 8] = if hints {
+        [Some((6, 2)), None, Some((4, 1)), None, None, Some((9, 2)), None, None]
     } else {
         [None; 8]
     };
@@ -137,12 +139,27 @@ fn check(hints: bool) {
     }
     let mut prevs = prev.clone();
     prevs.extend([40, 1, 2, 3]);
-    let (hint_row, hint_len) = if hints {
-        (hint.iter().map(|h| h.map_or(u32::MAX, |x| x.0 as u32)).collect(), hint.iter().map(|h| h.map_or(0, |x| x.1 as u32)).collect())
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let b = Blocks { feats: feats.clone(), l: a, anchors: vec![a, 5], emb, prev: prevs, hint_row, hint_len };
+    let (mut hint_row, mut hint_len, mut hint_out, mut hint_oov) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    if hints {
+        let out_w = target.output_weight().view(target.gguf());
+        hint_out = vec![0f32; 8 * d];
+        for (r, h) in hint.iter().enumerate() {
+            let (row, len, oov) = match h {
+                None => (u32::MAX, 0, 0.0),
+                Some((t, n)) => match d2t.iter().position(|x| x == t) {
+                    Some(row) => (row as u32, *n as u32, 0.0),
+                    None => {
+                        out_w.row_f32(*t as usize, &mut hint_out[r * d..(r + 1) * d]);
+                        (u32::MAX, *n as u32, 1.0)
+                    }
+                },
+            };
+            hint_row.push(row);
+            hint_len.push(len);
+            hint_oov.push(oov);
+        }
+    }
+    let b = Blocks { feats: feats.clone(), l: a, anchors: vec![a, 5], emb, prev: prevs, hint_row, hint_len, hint_out, hint_oov };
     let (ce, cl, cz) = net.forward(&b, &dev).unwrap();
     let cl = cl.to_vec2::<f32>().unwrap();
     let ce = ce.to_vec2::<f32>().unwrap();
@@ -155,8 +172,14 @@ fn check(hints: bool) {
     let am = |v: &[f32]| v.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0;
     for i in 0..4 {
         cmp(&format!("slot {i} state"), &e[i * d..(i + 1) * d], &ce[i]);
-        cmp(&format!("slot {i} logits"), &eng_logits[i], &cl[i]);
-        assert_eq!(am(&eng_logits[i]), am(&cl[i]), "slot {i}: argmax differs");
+        let lg: &Vec<f32> = &eng_logits[i];
+        // the engine appends a column only for a hint outside the draft vocabulary
+        assert_eq!(lg.len(), if hints && i == 2 { vd + 1 } else { vd }, "slot {i}: logit columns");
+        cmp(&format!("slot {i} logits"), lg, &cl[i][..lg.len()]);
+        if hints && lg.len() == vd {
+            assert!(cl[i][vd] < -1e8, "slot {i}: the extra column is off without such a hint");
+        }
+        assert_eq!(am(lg), am(&cl[i]), "slot {i}: argmax differs");
         let c = 1.0 / (1.0 + (-cz[i]).exp());
         assert!((c - eng_conf[i]).abs() < 1e-4, "slot {i}: confidence engine {} candle {c}", eng_conf[i]);
     }
@@ -167,7 +190,63 @@ fn check(hints: bool) {
         // the hint's bias matters too: the hinted row moved by more than the Markov term elsewhere
         let mut no_hint = base[..vd].to_vec();
         let c0 = dm.markov(&pool, prev[0], None, &e[..d], &mut no_hint).unwrap().unwrap();
-        assert!((eng_logits[0][5] - no_hint[5] - 1.9).abs() < 1e-5);
+        let row = d2t.iter().position(|&t| t == 6).unwrap();
+        assert!((eng_logits[0][row] - no_hint[row] - 1.9).abs() < 1e-5);
         assert!((c0 - eng_conf[0]).abs() > 1e-3, "the confidence bias applies");
+    }
+}
+
+/// The distillation target with copy hints: for a slot whose hint lies outside
+/// the draft vocabulary it is the target's softmax over the draft rows plus
+/// the hinted token; elsewhere over the draft rows alone (extra column 0).
+#[test]
+fn teacher_covers_a_hint_outside_the_draft_vocabulary() {
+    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let tc = target.cfg.clone();
+    let d = tc.d_model;
+    let d2t: Vec<u32> = (0..tc.vocab as u32).filter(|t| t % 3 != 1).collect();
+    let mut cfg = DSparkConfig::for_target(&tc, 1, 2, vec![1, 2], 8, d2t.len(), 3);
+    cfg.copy_bias = vec![1.0];
+    cfg.copy_conf_bias = vec![0.0];
+    let w = DSparkWeights::init_from_target(&target, cfg, Some(d2t.clone()), 5);
+    let dev = Device::Cpu;
+    let net = DSparkNet::new(&target, &w, &dev).unwrap();
+    let mut r = Rng(99);
+    let h: Vec<f32> = (0..2 * d).map(|_| 3.0 * r.next()).collect();
+    let hint_tok = 7u32; // 7 % 3 == 1: outside
+    let mut hint_out = vec![0f32; 2 * d];
+    target.output_weight().view(target.gguf()).row_f32(hint_tok as usize, &mut hint_out[..d]);
+    let b = Blocks {
+        feats: Vec::new(),
+        l: 0,
+        anchors: vec![1],
+        emb: Vec::new(),
+        prev: vec![0, 0],
+        hint_row: vec![u32::MAX; 2],
+        hint_len: vec![1, 0],
+        hint_out,
+        hint_oov: vec![1.0, 0.0],
+    };
+    let pt = net.target_probs(&h, &b, 2, &dev).unwrap().to_vec2::<f32>().unwrap();
+    let pool = ThreadPool::new(1);
+    for row in 0..2 {
+        let mut hn = vec![0f32; d];
+        tandem_kernels::ops::rmsnorm(&h[row * d..(row + 1) * d], target.output_norm(), tc.eps, &mut hn);
+        let mut full = Vec::new();
+        target.lm_head(&pool, &hn, 1, &mut full);
+        let mut keep: Vec<u32> = d2t.clone();
+        if row == 0 {
+            keep.push(hint_tok);
+        }
+        let mx = keep.iter().map(|&t| full[t as usize]).fold(f32::MIN, f32::max);
+        let z: f32 = keep.iter().map(|&t| (full[t as usize] - mx).exp()).sum();
+        for (j, &t) in keep.iter().enumerate() {
+            let want = (full[t as usize] - mx).exp() / z;
+            assert!((pt[row][j] - want).abs() < 1e-5, "row {row} column {j}: {} vs {want}", pt[row][j]);
+        }
+        if row == 1 {
+            assert!(pt[row][d2t.len()] < 1e-12, "no hint: the extra column is empty");
+        }
     }
 }
