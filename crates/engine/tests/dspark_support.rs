@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
+use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions, Speculator};
 use common::rewrite;
 use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
@@ -165,6 +165,22 @@ fn dspark_file_without_flag_is_reported_with_how_to_enable() {
     assert!(e.to_string().contains("--mtp FILE --dspark"), "{e}");
 }
 
+/// 48 greedy tokens after `prompt`, with the speculator `sp` or plain.
+fn greedy(engine: &Arc<Engine>, prompt: &[u32], sp: Option<&mut Speculator>) -> Vec<u32> {
+    let params = GenParams { max_tokens: 48, sampler: SamplerParams::greedy() };
+    let mut out = Vec::new();
+    engine
+        .new_session(512)
+        .generate_with(prompt, &params, sp, None, |t, _| {
+            if t != u32::MAX {
+                out.push(t)
+            }
+            true
+        })
+        .unwrap();
+    out
+}
+
 #[test]
 fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     let engine = common::engine(2);
@@ -177,23 +193,8 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     assert!(sp.drafter_name().starts_with("dspark"), "{}", sp.drafter_name());
     let text = engine.render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Name three colors.")]).unwrap();
     let prompt = engine.tokenize_prompt(&text);
-    let params = GenParams { max_tokens: 48, sampler: SamplerParams::greedy() };
-    let mut plain = Vec::new();
-    engine.new_session(512).generate(&prompt, &params, None, |t, _| {
-        if t != u32::MAX {
-            plain.push(t)
-        }
-        true
-    })
-    .unwrap();
-    let mut spec = Vec::new();
-    engine.new_session(512).generate_with(&prompt, &params, Some(&mut sp), None, |t, _| {
-        if t != u32::MAX {
-            spec.push(t)
-        }
-        true
-    })
-    .unwrap();
+    let plain = greedy(&engine, &prompt, None);
+    let spec = greedy(&engine, &prompt, Some(&mut sp));
     assert_eq!(spec, plain);
     assert!(sp.stats.drafted > 0);
     // the same drafter with copy hints: they fire (the text repeats) and the output is still plain's
@@ -208,22 +209,8 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     assert!(sp.drafter_name().contains("copy hints up to 4-grams"), "{}", sp.drafter_name());
     let text = engine.render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Repeat after me three times: the red fox, the red fox.")]).unwrap();
     let prompt = engine.tokenize_prompt(&text);
-    let mut plain = Vec::new();
-    engine.new_session(512).generate(&prompt, &params, None, |t, _| {
-        if t != u32::MAX {
-            plain.push(t)
-        }
-        true
-    })
-    .unwrap();
-    let mut spec = Vec::new();
-    engine.new_session(512).generate_with(&prompt, &params, Some(&mut sp), None, |t, _| {
-        if t != u32::MAX {
-            spec.push(t)
-        }
-        true
-    })
-    .unwrap();
+    let plain = greedy(&engine, &prompt, None);
+    let spec = greedy(&engine, &prompt, Some(&mut sp));
     assert_eq!(spec, plain);
 
     let bad = SpecOptions { dspark_block_size: Some(9), ..opts(&path, true) };

@@ -500,12 +500,8 @@ impl DSparkNet {
             for r in 0..n {
                 if b.hint_row[r] != u32::MAX {
                     onehot[r * vd + b.hint_row[r] as usize] = 1.0;
-                    has[r] = 1.0;
-                    len[r] = b.hint_len[r] - 1;
                 }
-            }
-            for r in 0..n {
-                if b.hint_oov[r] > 0.0 {
+                if b.hint_row[r] != u32::MAX || b.hint_oov[r] > 0.0 {
                     has[r] = 1.0;
                     len[r] = b.hint_len[r] - 1;
                 }
@@ -514,7 +510,7 @@ impl DSparkNet {
             let has = Tensor::from_vec(has, n, dev)?;
             let bias = cb.as_tensor().index_select(&len, 0)?;
             let onehot = Tensor::from_vec(onehot, (n, vd), dev)?;
-            logits = (logits + onehot.broadcast_mul(&(&bias * &has)?.unsqueeze(1)?)?)?;
+            logits = (logits + onehot.broadcast_mul(&bias.unsqueeze(1)?)?)?;
             // a hint outside the draft vocabulary: its own column (−1e9 where there is none)
             let ho = Tensor::from_slice(&b.hint_out, (n, c.d_model), dev)?;
             let oov = Tensor::from_slice(&b.hint_oov, n, dev)?;
