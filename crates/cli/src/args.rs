@@ -79,12 +79,12 @@ pub struct TrainDsparkArgs {
     /// Slots per block (drafts per pass).
     #[arg(long, default_value_t = 4)]
     pub block_size: usize,
-    /// Backbone layers.
-    #[arg(long, default_value_t = 1)]
-    pub layers: usize,
-    /// Target layers whose inputs feed the drafter (1..=target layers; llama.cpp can run files whose layers are all below the target's layer count).
-    #[arg(long, value_delimiter = ',', default_value = "2,10,20,29")]
-    pub target_layers: Vec<usize>,
+    /// Backbone layers [default: 1]. With --init: the init file's, or more (the new blocks start as the identity).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Target layers whose inputs feed the drafter (1..=target layers; llama.cpp can run files whose layers are all below the target's layer count) [default: 2,10,20,29]. With --init: the init file's, or those followed by new layers (their `fc` columns start at zero).
+    #[arg(long, value_delimiter = ',')]
+    pub target_layers: Option<Vec<usize>>,
     /// Rank of the Markov head.
     #[arg(long, default_value_t = 64)]
     pub rank: usize,

@@ -118,23 +118,20 @@ fn say_made(how: &str, d: &Dataset, t0: Instant, path: &std::path::Path) {
 
 /// Where the target features of `layers` for a data file are cached (shared
 /// by `train dspark` and the fused MTP heads of `train mtp`).
-fn feature_cache_path(data: &std::path::Path, layers: &[usize]) -> PathBuf {
-    let l: Vec<String> = layers.iter().map(|l| l.to_string()).collect();
-    data.with_extension(format!("dspark-l{}.feats", l.join("-")))
-}
-
 /// Rebuild a data file from its token file and save it; with `layers`, the
 /// feature cache of those target layers is written from the same pass.
 fn rebuild(engine: &std::sync::Arc<tandem_engine::Engine>, tokens: &std::path::Path, data_path: &std::path::Path, layers: &[usize]) -> Result<Dataset> {
     let t0 = Instant::now();
     let tf = tandem_train::data::TokenFile::load(tokens)?;
+    // the final residual is the data file's own hidden rows: not cached twice
+    let layers = &tandem_train::dspark::cached_layers(layers, engine.model.cfg.n_layer)[..];
     let (d, rows) = Dataset::rebuild_with_features(engine, &tf, layers).with_context(|| format!("rebuilding from {}", tokens.display()))?;
     if let Some(dir) = data_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     d.save(data_path).with_context(|| format!("saving {}", data_path.display()))?;
     if !layers.is_empty() {
-        let p = feature_cache_path(data_path, layers);
+        let p = tandem_train::dspark::feature_cache_path(data_path, layers);
         let f = tandem_train::dspark::Features { width: layers.len() * d.d, rows };
         f.save(&p).with_context(|| format!("saving {}", p.display()))?;
         eprintln!("wrote target features (layers {layers:?}) -> {}", p.display());
@@ -163,14 +160,20 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     let mut data = load_or_generate(&engine, &data_path, PromptSource { builtin: 448, target: 0, temp: 1.0, openers: false, text: None }, 160, 0.25, a.seed, 8)?;
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
         seqs,
-        path: (!a.no_feature_cache).then(|| feature_cache_path(p, &a.target_layers)),
+        data: (!a.no_feature_cache).then(|| p.to_path_buf()),
     };
     let mut feature_cache = vec![cache_of(&data_path, data.seqs.len())];
     append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;
     let cfg = tandem_train::dspark::DSparkTrainConfig {
         block_size: a.block_size,
-        layers: a.layers,
-        target_layers: a.target_layers.clone(),
+        // with --init, none given keeps the init file's
+        layers: a.layers.unwrap_or(if a.init.is_some() { 0 } else { 1 }),
+        // with --init, none given keeps the init file's
+        target_layers: match (&a.target_layers, &a.init) {
+            (Some(l), _) => l.clone(),
+            (None, Some(_)) => Vec::new(),
+            (None, None) => vec![2, 10, 20, 29],
+        },
         rank: a.rank,
         draft_vocab: a.draft_vocab,
         mask_token: a.mask_token,
@@ -221,7 +224,7 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
     };
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
         seqs,
-        path: (!cache_layers.is_empty()).then(|| feature_cache_path(p, &cache_layers)),
+        data: (!cache_layers.is_empty()).then(|| p.to_path_buf()),
     };
     let mut feature_cache = vec![cache_of(&data_path, data.seqs.len())];
     append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;

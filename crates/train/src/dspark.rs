@@ -46,10 +46,13 @@ use crate::data::{Dataset, Sequence};
 #[derive(Debug, Clone)]
 pub struct DSparkTrainConfig {
     pub block_size: usize,
-    /// Backbone layers.
+    /// Backbone layers. With `init`: 0 keeps the init file's; more adds
+    /// blocks that start as the identity (see [`grow_layers`]).
     pub layers: usize,
     /// Target layers tapped (inputs of layer l, 1..=n_layer; llama.cpp's llama
-    /// graph can only extract l < n_layer).
+    /// graph can only extract l < n_layer). With `init`: empty keeps the init
+    /// file's; otherwise they must be the init file's followed by new ones,
+    /// whose `fc` columns start at zero (the drafter starts as it was).
     pub target_layers: Vec<usize>,
     pub rank: usize,
     pub draft_vocab: usize,
@@ -132,11 +135,25 @@ pub struct Features {
 
 const FEAT_MAGIC: &[u8; 8] = b"TDMFEAT1";
 
-/// The feature cache of `seqs` consecutive sequences of the data.
+/// The feature cache of `seqs` consecutive sequences of the data: `data` is
+/// the data file they came from, beside which the cache lives (None: not
+/// cached, computed every run).
 #[derive(Debug, Clone)]
 pub struct FeatureCache {
     pub seqs: usize,
-    pub path: Option<PathBuf>,
+    pub data: Option<PathBuf>,
+}
+
+/// The cache file of the features of `layers` for the data file `data`.
+pub fn feature_cache_path(data: &Path, layers: &[usize]) -> PathBuf {
+    let l: Vec<String> = layers.iter().map(|l| l.to_string()).collect();
+    data.with_extension(format!("dspark-l{}.feats", l.join("-")))
+}
+
+/// The layers a feature cache holds: all of `layers` but the final residual
+/// (`n_layer`), which every data file already stores as its hidden rows.
+pub fn cached_layers(layers: &[usize], n_layer: usize) -> Vec<usize> {
+    layers.iter().copied().filter(|&l| l != n_layer).collect()
 }
 
 impl Features {
@@ -220,10 +237,15 @@ impl Features {
 /// The target features (inputs of `target_layers`, concatenated) of every
 /// sequence of `data`, part by part: each part's cache file is reused when it
 /// fits, else the features are computed and saved there. No parts: the whole
-/// data, not cached.
+/// data, not cached. The input of layer `n_layer + 1` (the final residual) is
+/// not cached nor recomputed: it is the data file's hidden rows, the same
+/// f16 values a target pass would give.
 pub fn load_features(engine: &Engine, data: &Dataset, target_layers: &[usize], parts: &[FeatureCache]) -> Result<Features> {
-    let width = target_layers.len() * engine.model.cfg.d_model;
-    let whole = [FeatureCache { seqs: data.seqs.len(), path: None }];
+    let d = engine.model.cfg.d_model;
+    let n_layer = engine.model.cfg.n_layer;
+    let width = target_layers.len() * d;
+    let stored = cached_layers(target_layers, n_layer);
+    let whole = [FeatureCache { seqs: data.seqs.len(), data: None }];
     let parts = if parts.is_empty() { &whole[..] } else { parts };
     if parts.iter().map(|c| c.seqs).sum::<usize>() != data.seqs.len() {
         bail!("the feature-cache parts do not add up to the {} sequences of the data", data.seqs.len());
@@ -233,21 +255,47 @@ pub fn load_features(engine: &Engine, data: &Dataset, target_layers: &[usize], p
     for c in parts {
         let seqs = &data.seqs[off..off + c.seqs];
         off += c.seqs;
-        let cached = c.path.as_ref().and_then(|p| Features::load(p, seqs, width).ok().flatten().inspect(|_| eprintln!("reusing target features {}", p.display())));
-        let part = match cached {
-            Some(f) => f,
-            None => {
-                eprintln!("computing target features (layers {target_layers:?}) for {} sequences", seqs.len());
-                let f = Features::compute(engine, seqs, target_layers)?;
-                if let Some(p) = &c.path {
-                    if let Err(e) = f.save(p) {
-                        eprintln!("could not cache features in {}: {e}", p.display());
+        let part = if stored.is_empty() {
+            Features { width: 0, rows: seqs.iter().map(|_| Vec::new()).collect() }
+        } else {
+            let path = c.data.as_ref().map(|p| feature_cache_path(p, &stored));
+            let cached = path.as_ref().and_then(|p| Features::load(p, seqs, stored.len() * d).ok().flatten().inspect(|_| eprintln!("reusing target features {}", p.display())));
+            match cached {
+                Some(f) => f,
+                None => {
+                    eprintln!("computing target features (layers {stored:?}) for {} sequences", seqs.len());
+                    let f = Features::compute(engine, seqs, &stored)?;
+                    if let Some(p) = &path {
+                        if let Err(e) = f.save(p) {
+                            eprintln!("could not cache features in {}: {e}", p.display());
+                        }
                     }
+                    f
                 }
-                f
             }
         };
-        feats.rows.extend(part.rows);
+        if stored.len() == target_layers.len() {
+            feats.rows.extend(part.rows);
+            continue;
+        }
+        // splice the final residual (the data's hidden rows) in at its place
+        let ms = stored.len();
+        for (s, r) in seqs.iter().zip(part.rows) {
+            let n = s.tokens.len();
+            let mut f = Vec::with_capacity(n * width);
+            for p in 0..n {
+                let mut k = 0;
+                for &l in target_layers {
+                    if l == n_layer {
+                        f.extend_from_slice(&s.hidden[p * d..(p + 1) * d]);
+                    } else {
+                        f.extend_from_slice(&r[(p * ms + k) * d..(p * ms + k + 1) * d]);
+                        k += 1;
+                    }
+                }
+            }
+            feats.rows.push(f);
+        }
     }
     Ok(feats)
 }
@@ -650,6 +698,55 @@ fn unpermute_rows(w: &mut [f32], heads: usize, hd: usize, cols: usize) {
     }
 }
 
+/// Give an init drafter more target layers: `layers` must be its own followed
+/// by new ones. The new layers' `fc` columns are zero, so the drafter's
+/// outputs are unchanged until training moves them.
+pub fn extend_target_layers(w: &mut DSparkWeights, layers: &[usize], n_layer: usize) -> Result<()> {
+    let old = w.cfg.target_layers.clone();
+    if layers.len() <= old.len() || layers[..old.len()] != old[..] {
+        bail!("--target-layers {layers:?}: with --init they must be the init file's {old:?} followed by new ones");
+    }
+    if let Some(&bad) = layers.iter().find(|&&l| l == 0 || l > n_layer) {
+        bail!("target layer {bad} out of range (1..={n_layer})");
+    }
+    if let Some(&dup) = layers.iter().enumerate().find(|(i, l)| layers[..*i].contains(l)).map(|(_, l)| l) {
+        bail!("target layer {dup} is listed twice");
+    }
+    let d = w.cfg.d_model;
+    let (wo, wn) = (old.len() * d, layers.len() * d);
+    let mut fc = vec![0f32; d * wn];
+    for r in 0..d {
+        fc[r * wn..r * wn + wo].copy_from_slice(&w.fc[r * wo..(r + 1) * wo]);
+    }
+    w.fc = fc;
+    w.cfg.target_layers = layers.to_vec();
+    Ok(())
+}
+
+/// Give an init drafter more backbone blocks, appended after its own. Each
+/// new block is a copy of the last one with its output projections
+/// (`attn_output`, `ffn_down`) at zero: it adds nothing to the residual
+/// stream, so the drafter starts as it was, and the copied inner weights
+/// give the projections something sensible to learn from.
+pub fn grow_layers(w: &mut DSparkWeights, layers: usize) -> Result<()> {
+    let have = w.cfg.n_layer;
+    if layers < have || layers > 16 {
+        bail!("--layers {layers}: with --init the drafter can only grow ({have} layers now, at most 16)");
+    }
+    let last = w.blocks.last().cloned().context("the init drafter has no blocks")?;
+    for _ in have..layers {
+        let mut b = last.clone();
+        for (name, v) in &mut b.tensors {
+            if name == "attn_output.weight" || name == "ffn_down.weight" {
+                v.iter_mut().for_each(|x| *x = 0.0);
+            }
+        }
+        w.blocks.push(b);
+    }
+    w.cfg.n_layer = layers;
+    Ok(())
+}
+
 /// Train, evaluate on the held-out split, export to `out`.
 pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: &Path) -> Result<DSparkReport> {
     let t0 = Instant::now();
@@ -717,6 +814,12 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
         }
     };
     let mut init = init;
+    if tc.init.is_some() && !tc.target_layers.is_empty() && tc.target_layers != init.cfg.target_layers {
+        extend_target_layers(&mut init, &tc.target_layers, tcfg.n_layer)?;
+    }
+    if tc.init.is_some() && tc.layers != 0 && tc.layers != init.cfg.n_layer {
+        grow_layers(&mut init, tc.layers)?;
+    }
     match (init.cfg.copy_ngram(), tc.copy_ngram) {
         (_, 0) => {}
         (have, n) if have == n => {}
@@ -736,18 +839,16 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
 
     // target features
     let tf = Instant::now();
-    let width = cfg.feat_dim();
     let feats = load_features(engine, data, &cfg.target_layers, &tc.feature_cache)?;
-    // a tap of the final residual is the hidden row the data file holds: check they agree
-    if let (Some(s), Some(li)) = (data.seqs.first(), cfg.target_layers.iter().position(|&l| l == tcfg.n_layer)) {
-        let last = li * d;
-        let mut diff = 0f32;
-        for p in 0..s.tokens.len().min(64) {
-            for j in 0..d {
-                diff = diff.max((feats.rows[0][p * width + last + j].to_f32() - s.hidden[p * d + j].to_f32()).abs());
-            }
+    // the final residual's features are the data file's hidden rows: check
+    // them against a target pass over the first sequence
+    if let (Some(s), true) = (data.seqs.first(), cfg.target_layers.contains(&tcfg.n_layer)) {
+        let f = Features::compute(engine, std::slice::from_ref(s), &[tcfg.n_layer])?;
+        let diff = f.rows[0].iter().zip(&s.hidden).map(|(a, b)| (a.to_f32() - b.to_f32()).abs()).fold(0f32, f32::max);
+        eprintln!("features: final residual of a target pass vs the data's hidden rows, max |diff| {diff:.2e}");
+        if diff != 0.0 {
+            bail!("the data file's hidden rows are not this target's final residual (max |diff| {diff:.2e})");
         }
-        eprintln!("features: last tap vs stored hidden rows, max |diff| {diff:.2e}");
     }
     let feature_secs = tf.elapsed().as_secs_f64();
 

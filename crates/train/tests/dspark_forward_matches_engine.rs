@@ -250,3 +250,79 @@ fn teacher_covers_a_hint_outside_the_draft_vocabulary() {
         }
     }
 }
+
+/// `--target-layers` with `--init` appends layers whose `fc` columns start
+/// at zero: the extended drafter drafts exactly what the old one did,
+/// whatever the new layer's features are; a list that does not extend the
+/// old one is refused. Likewise `--layers` adds blocks that start as the
+/// identity.
+#[test]
+fn appended_target_layers_and_blocks_start_without_effect() {
+    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let tc = target.cfg.clone();
+    let d = tc.d_model;
+    let cfg = DSparkConfig {
+        n_layer: 1,
+        d_model: d,
+        n_head: tc.n_head,
+        n_kv_head: tc.n_kv_head,
+        head_dim: tc.head_dim,
+        ffn: tc.ffn,
+        eps: tc.eps,
+        rope_base: 10000.0,
+        ctx: 256,
+        block_size: 4,
+        target_layers: vec![1],
+        sample_from_anchor: true,
+        mask_token: 3,
+        markov_rank: 8,
+        draft_vocab: tc.vocab,
+        has_conf: true,
+        copy_bias: Vec::new(),
+        copy_conf_bias: Vec::new(),
+    };
+    let mut w = DSparkWeights::init_from_target(&target, cfg, None, 9);
+    perturb(&mut w, 31);
+    let mut wide = w.clone();
+    tandem_train::dspark::extend_target_layers(&mut wide, &[1, 2], tc.n_layer).unwrap();
+    assert_eq!(wide.cfg.target_layers, vec![1, 2]);
+    let id = TargetId::new(&tc, 0x1234);
+    let load = |w: &DSparkWeights| {
+        let file = w.to_gguf(target.gguf(), &id, GgmlType::F32, &[]).unwrap().to_bytes().unwrap();
+        DSparkModel::load(Arc::new(Gguf::from_bytes(file).unwrap()), target.clone(), &id).unwrap()
+    };
+    let (narrow_m, wide_m) = (load(&w), load(&wide));
+    let a = 9;
+    let mut r = Rng(99);
+    let f1: Vec<f32> = (0..a * d).map(|_| 4.0 * r.next()).collect();
+    let mut f12 = Vec::with_capacity(2 * a * d);
+    for p in 0..a {
+        f12.extend_from_slice(&f1[p * d..(p + 1) * d]);
+        f12.extend((0..d).map(|_| 4.0 * r.next()));
+    }
+    let pool = ThreadPool::new(2);
+    let run = |m: &DSparkModel, feats: &[f32]| {
+        let mut cache = m.new_cache(64);
+        m.inject(&pool, &mut cache, feats, a).unwrap();
+        let (mut e, mut base) = (Vec::new(), Vec::new());
+        m.block(&pool, &mut cache, 17, 4, &mut e, &mut base).unwrap();
+        (e, base)
+    };
+    let (e0, b0) = run(&narrow_m, &f1);
+    let (e1, b1) = run(&wide_m, &f12);
+    assert!(e0.iter().zip(&e1).all(|(x, y)| x.to_bits() == y.to_bits()), "slot states differ");
+    assert!(b0.iter().zip(&b1).all(|(x, y)| x.to_bits() == y.to_bits()), "base logits differ");
+    for bad in [&[2usize][..], &[2, 1], &[1, 3], &[1, 1]] {
+        let mut x = w.clone();
+        assert!(tandem_train::dspark::extend_target_layers(&mut x, bad, tc.n_layer).is_err(), "{bad:?} accepted");
+    }
+    // `--layers` with `--init` appends blocks that start as the identity
+    let mut deep = w.clone();
+    tandem_train::dspark::grow_layers(&mut deep, 3).unwrap();
+    assert_eq!((deep.cfg.n_layer, deep.blocks.len()), (3, 3));
+    let (e2, b2) = run(&load(&deep), &f1);
+    assert!(e0.iter().zip(&e2).all(|(x, y)| x.to_bits() == y.to_bits()), "slot states differ after growing");
+    assert!(b0.iter().zip(&b2).all(|(x, y)| x.to_bits() == y.to_bits()), "base logits differ after growing");
+    assert!(tandem_train::dspark::grow_layers(&mut deep, 2).is_err(), "shrinking accepted");
+}

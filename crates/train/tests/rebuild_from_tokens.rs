@@ -41,6 +41,20 @@ fn rebuilt_data_is_byte_identical_to_generated_data() {
     }
     again.save(&b).unwrap();
     assert!(std::fs::read(&b).unwrap() == x, "data rebuilt with features differs");
+    // the trainer takes the final residual (layer 30's input) from the data's
+    // hidden rows and caches only the other layers: the same features
+    let layers = [2, 30, 10];
+    let want = tandem_train::dspark::Features::compute(&engine, &gen.seqs, &layers).unwrap();
+    let part = [tandem_train::dspark::FeatureCache { seqs: gen.seqs.len(), data: Some(a.clone()) }];
+    for round in 0..2 {
+        let got = tandem_train::dspark::load_features(&engine, &gen, &layers, &part).unwrap();
+        assert_eq!(got.width, 3 * gen.d);
+        for (r, w) in got.rows.iter().zip(&want.rows) {
+            assert!(r.len() == w.len() && r.iter().zip(w).all(|(p, q)| p.to_bits() == q.to_bits()), "spliced features differ (round {round})");
+        }
+        // the first round wrote the cache of layers 2 and 10, the second reads it
+        assert!(dir.join("gen.dspark-l2-10.feats").exists());
+    }
     assert!(Dataset::rebuild_with_features(&engine, &tf, &[31]).is_err());
     std::fs::remove_dir_all(&dir).ok();
 }
