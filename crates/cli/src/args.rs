@@ -101,6 +101,12 @@ pub struct TrainDsparkArgs {
     /// them the biases start at 3·n and 0. 0: as the init file has it.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub copy_ngram: usize,
+    /// Also add slot 0's copy hint (known before the backbone runs) to its
+    /// input: the hinted token's embedding times a learned factor per suffix
+    /// length, starting at zero (tandem metadata `tandem-dspark.copy_embed`;
+    /// llama.cpp ignores it and drafts without).
+    #[arg(long)]
+    pub copy_embed: bool,
     /// Anchors (blocks) per sequence per step.
     #[arg(long, default_value_t = 32)]
     pub anchors: usize,

@@ -178,6 +178,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
         draft_vocab: a.draft_vocab,
         mask_token: a.mask_token,
         copy_ngram: a.copy_ngram,
+        copy_embed: a.copy_embed,
         anchors: a.anchors,
         seqs_per_step: a.batch,
         steps: a.steps,

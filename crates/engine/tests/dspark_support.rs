@@ -103,6 +103,21 @@ fn broken_and_mismatched_files_are_refused() {
     refused(&engine, "copy-len.gguf", &hinted(&[1.0, 2.0], Some(&[0.0])), "(got 2 values and 1 values)");
     refused(&engine, "copy-nan.gguf", &hinted(&[1.0, f32::NAN], Some(&[0.0, 0.0])), "tandem-dspark.copy_bias holds a value that is not a finite number");
     refused(&engine, "copy-long.gguf", &hinted(&[1.0; 17], Some(&[0.0; 17])), "(got 17 values and 17 values)");
+    // slot 0's hint embedding factors: one per hint length, finite
+    let embed = |b: &[f32], e: &[f32]| {
+        let hints = (!b.is_empty()).then(|| (floats(b), floats(&vec![0.0; b.len()])));
+        let e = floats(e);
+        rewrite(&good, move |m, _| {
+            if let Some((b, c)) = hints {
+                m.push(("tandem-dspark.copy_bias".into(), b));
+                m.push(("tandem-dspark.copy_conf_bias".into(), c));
+            }
+            m.push(("tandem-dspark.copy_embed".into(), e));
+        })
+    };
+    refused(&engine, "embed-len.gguf", &embed(&[1.0, 2.0], &[0.5]), "tandem-dspark.copy_embed needs one value per copy-hint length (1 values, tandem-dspark.copy_bias has 2)");
+    refused(&engine, "embed-alone.gguf", &embed(&[], &[0.5]), "tandem-dspark.copy_embed needs one value per copy-hint length (1 values, tandem-dspark.copy_bias has 0)");
+    refused(&engine, "embed-inf.gguf", &embed(&[1.0], &[f32::INFINITY]), "tandem-dspark.copy_embed holds a value that is not a finite number");
 
     // tensor rules
     let renamed = rewrite(&good, |_, t| {
@@ -202,6 +217,7 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     let mut cfg = DSparkConfig::for_target(&m.cfg, 1, 4, vec![2, 10, 20, 30], 32, 4096, 4);
     cfg.copy_bias = vec![3.0, 6.0, 9.0, 12.0];
     cfg.copy_conf_bias = vec![0.0, 0.5, 1.0, 1.5];
+    cfg.copy_embed = vec![0.5, 1.0, 1.5, 2.0];
     let w = DSparkWeights::init_from_target(m, cfg, Some((0..4096).collect()), 1);
     let hinted = tmp("hinted.gguf");
     std::fs::write(&hinted, w.to_gguf(m.gguf(), &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()).unwrap();

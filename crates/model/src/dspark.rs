@@ -56,6 +56,9 @@ pub mod keys {
     /// hinted token's row and the confidence bias.
     pub const COPY_BIAS: &str = "tandem-dspark.copy_bias";
     pub const COPY_CONF_BIAS: &str = "tandem-dspark.copy_conf_bias";
+    /// Optional, with the copy hints: per suffix length, the factor on the
+    /// hinted token's embedding added to slot 0's input (the anchor's).
+    pub const COPY_EMBED: &str = "tandem-dspark.copy_embed";
 }
 
 /// Longest copy-hint suffix a file may ask for.
@@ -108,6 +111,11 @@ pub struct DSparkConfig {
     /// `copy_conf_bias[n − 1]` to that slot's confidence logit. Empty: none.
     pub copy_bias: Vec<f32>,
     pub copy_conf_bias: Vec<f32>,
+    /// Slot 0's hint as an input: `copy_embed[n − 1]` times the hinted
+    /// token's embedding is added to the anchor's embedding (the hint over
+    /// the history and the anchor is known before the backbone runs). Empty:
+    /// none; else as long as `copy_bias`.
+    pub copy_embed: Vec<f32>,
 }
 
 impl DSparkConfig {
@@ -143,6 +151,7 @@ impl DSparkConfig {
             has_conf: true,
             copy_bias: Vec::new(),
             copy_conf_bias: Vec::new(),
+            copy_embed: Vec::new(),
         }
     }
 
@@ -319,6 +328,19 @@ impl DSparkConfig {
                 )))
             }
         };
+        let copy_embed = match floats(keys::COPY_EMBED)? {
+            None => Vec::new(),
+            Some(v) if v.len() == copy_bias.len() => v,
+            Some(v) => {
+                return Err(meta(format!(
+                    "{} needs one value per copy-hint length ({} values, {} has {})",
+                    keys::COPY_EMBED,
+                    v.len(),
+                    keys::COPY_BIAS,
+                    copy_bias.len()
+                )))
+            }
+        };
         Ok(DSparkConfig {
             n_layer,
             d_model,
@@ -338,6 +360,7 @@ impl DSparkConfig {
             has_conf,
             copy_bias,
             copy_conf_bias,
+            copy_embed,
         })
     }
 
@@ -368,6 +391,9 @@ impl DSparkConfig {
             let arr = |v: &[f32]| Value::Array(tandem_gguf::ValueType::F32, v.iter().map(|&x| Value::F32(x)).collect());
             m.push((keys::COPY_BIAS, arr(&self.copy_bias)));
             m.push((keys::COPY_CONF_BIAS, arr(&self.copy_conf_bias)));
+            if !self.copy_embed.is_empty() {
+                m.push((keys::COPY_EMBED, arr(&self.copy_embed)));
+            }
         }
         m
     }
@@ -900,12 +926,16 @@ impl DSparkModel {
     /// Run the backbone on a block of `n` slots (`n ≤ block_size`): slot 0 is
     /// `anchor` at position `cache.len()`, the others the mask token. Fills
     /// `e` (`n × d`, after the output norm) and `base` (`n × draft_vocab`).
-    /// The cache is left as it was (block rows are dropped).
+    /// The cache is left as it was (block rows are dropped). `hint` is slot
+    /// 0's copy hint ([`Self::copy_hint`] over the history and the anchor):
+    /// with `copy_embed` its embedding, scaled, joins the anchor's.
+    #[allow(clippy::too_many_arguments)]
     pub fn block(
         &self,
         pool: &ThreadPool,
         cache: &mut KvCache,
         anchor: u32,
+        hint: Option<(u32, usize)>,
         n: usize,
         e: &mut Vec<f32>,
         base: &mut Vec<f32>,
@@ -922,6 +952,12 @@ impl DSparkModel {
         let g = &self.gguf;
         let mut x = vec![0f32; n * d];
         self.target.embed(anchor, &mut x[..d])?;
+        if let (Some((t, k)), false) = (hint, c.copy_embed.is_empty()) {
+            let s = c.copy_embed[k - 1];
+            let mut he = vec![0f32; d];
+            self.target.embed(t, &mut he)?;
+            x[..d].iter_mut().zip(&he).for_each(|(a, b)| *a += s * b);
+        }
         for i in 1..n {
             self.target.embed(c.mask_token, &mut x[i * d..(i + 1) * d])?;
         }

@@ -207,19 +207,21 @@ impl Drafter for DSparkDrafter {
         if self.cache.len() + slots > self.cache.ctx() {
             return Ok(());
         }
-        self.model.block(&self.pool, &mut self.cache, next, slots, &mut self.e, &mut self.base)?;
-        let dv = self.model.cfg.draft_vocab;
-        let d = self.model.cfg.d_model;
-        let first = if self.model.cfg.sample_from_anchor { 0 } else { 1 };
-        let take = max.min(self.drafts_per_pass());
-        let sampler = (!params.is_greedy()).then(|| Sampler::new(params.clone()));
-        let mut prev = next;
         let hints = self.model.cfg.copy_ngram() > 0;
         if hints {
             self.text.clear();
             self.text.extend_from_slice(history);
             self.text.push(next);
         }
+        // slot 0's hint (over the history and the anchor) may feed its input
+        let hint0 = if hints { self.model.copy_hint(&self.text) } else { None };
+        self.model.block(&self.pool, &mut self.cache, next, hint0, slots, &mut self.e, &mut self.base)?;
+        let dv = self.model.cfg.draft_vocab;
+        let d = self.model.cfg.d_model;
+        let first = if self.model.cfg.sample_from_anchor { 0 } else { 1 };
+        let take = max.min(self.drafts_per_pass());
+        let sampler = (!params.is_greedy()).then(|| Sampler::new(params.clone()));
+        let mut prev = next;
         for j in 0..take {
             let i = first + j;
             self.logits.clear();

@@ -32,6 +32,7 @@ fn drafter_model(t: &Arc<Model>, seed: u64, block: usize, d2t: Option<Vec<u32>>,
     if hints {
         cfg.copy_bias = vec![2.0, 4.0, 6.0];
         cfg.copy_conf_bias = vec![0.5, 1.0, -1.0];
+        cfg.copy_embed = vec![0.7, -0.5, 1.2];
     }
     let mut w = DSparkWeights::init_from_target(t, cfg, d2t, seed);
     let mut r = seed | 1;
@@ -157,6 +158,7 @@ fn sampled(hints: bool) {
         if hints {
             cfg.copy_bias = vec![1.5, 2.5];
             cfg.copy_conf_bias = vec![0.5, 1.0];
+            cfg.copy_embed = vec![0.6, -0.4];
         }
         let mut w = DSparkWeights::init_from_target(&m, cfg, Some(d2t), 5);
         if let Some((c, _)) = &mut w.conf {

@@ -59,6 +59,9 @@ pub struct DSparkTrainConfig {
     pub mask_token: u32,
     /// Copy hints up to this suffix length (0: as the init file has them).
     pub copy_ngram: usize,
+    /// Also feed slot 0's hint embedding into its input (`copy_embed`,
+    /// starting at zero when the init file has none).
+    pub copy_embed: bool,
     /// Anchors per sequence per step.
     pub anchors: usize,
     /// Sequences per optimiser step.
@@ -320,6 +323,10 @@ pub struct Blocks {
     /// (`A·B × d`, zeros elsewhere) and a 1 in `hint_oov` (empty without hints).
     pub hint_out: Vec<f32>,
     pub hint_oov: Vec<f32>,
+    /// Slot 0's hinted token's embedding at each block's first row (`A·B ×
+    /// d`, zeros elsewhere; empty without hints): scaled by `copy_embed`, it
+    /// joins the anchor's embedding.
+    pub hint_in: Vec<f32>,
 }
 
 /// Labels of a [`Blocks`].
@@ -348,6 +355,8 @@ pub struct DSparkNet {
     conf_b: Var,
     /// Copy-hint logit and confidence biases per suffix length (None: no hints).
     copy: Option<(Var, Var)>,
+    /// Factor per suffix length on slot 0's hint embedding (None: not used).
+    copy_in: Option<Var>,
     /// The target's final norm (for the target distribution).
     target_norm: Tensor,
     target_eps: f64,
@@ -392,6 +401,7 @@ impl DSparkNet {
             } else {
                 None
             },
+            copy_in: if c.copy_embed.is_empty() { None } else { Some(var(&c.copy_embed, c.copy_ngram(), 1)?) },
             target_norm: Tensor::from_slice(target.output_norm(), d, dev)?,
             target_eps: target.cfg.eps as f64,
         })
@@ -413,6 +423,7 @@ impl DSparkNet {
         if let Some((b, c)) = &self.copy {
             v.extend([b.clone(), c.clone()]);
         }
+        v.extend(self.copy_in.clone());
         v
     }
 
@@ -423,6 +434,9 @@ impl DSparkNet {
         if let Some((b, c)) = &self.copy {
             cfg.copy_bias = f(b.as_tensor())?;
             cfg.copy_conf_bias = f(c.as_tensor())?;
+        }
+        if let Some(ci) = &self.copy_in {
+            cfg.copy_embed = f(ci.as_tensor())?;
         }
         Ok(DSparkWeights {
             cfg,
@@ -508,6 +522,20 @@ impl DSparkNet {
         }
         let mask = Tensor::from_vec(m, (n, s), dev)?;
         let mut x = Tensor::from_slice(&b.emb, (n, d), dev)?;
+        if let Some(ci) = &self.copy_in {
+            // slot 0's hint embedding, scaled by the factor of its suffix length
+            let (mut has, mut len) = (vec![0f32; n], vec![0u32; n]);
+            for k in 0..b.anchors.len() {
+                let r = k * bs;
+                if b.hint_len[r] > 0 {
+                    has[r] = 1.0;
+                    len[r] = b.hint_len[r] - 1;
+                }
+            }
+            let scale = (ci.as_tensor().index_select(&Tensor::from_vec(len, n, dev)?, 0)? * Tensor::from_vec(has, n, dev)?)?;
+            let hin = Tensor::from_slice(&b.hint_in, (n, d), dev)?;
+            x = (x + hin.broadcast_mul(&scale.unsqueeze(1)?)?)?;
+        }
         let rep = |t: Tensor| -> candle_core::Result<Tensor> {
             if group == 1 {
                 return Ok(t);
@@ -637,6 +665,7 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
     let hints = if nmax > 0 { tandem_model::mtp::copy_hints(&s.tokens, len, nmax) } else { Vec::new() };
     let (mut hint_row, mut hint_len) = if nmax > 0 { (vec![u32::MAX; n], vec![0u32; n]) } else { (Vec::new(), Vec::new()) };
     let (mut hint_out, mut hint_oov) = if nmax > 0 { (vec![0f32; n * d], vec![0f32; n]) } else { (Vec::new(), Vec::new()) };
+    let mut hint_in = if nmax > 0 { vec![0f32; n * d] } else { Vec::new() };
     let out_w = model.output_weight().view(model.gguf());
     // the target's final residual (before its output norm), from the data file
     let mut h_last = vec![0f32; n * d];
@@ -654,6 +683,9 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
                 labels[r] = t2d[s.argmax[p] as usize];
                 if let (Some(t), k) = hints.get(p).copied().unwrap_or((None, 0)) {
                     hint_len[r] = k as u32;
+                    if i == 0 {
+                        model.embed(t, &mut hint_in[r * d..(r + 1) * d]).expect("token in vocabulary");
+                    }
                     if t2d[t as usize] != u32::MAX {
                         hint_row[r] = t2d[t as usize];
                     } else {
@@ -672,7 +704,7 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
             }
         }
     }
-    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev, hint_row, hint_len, hint_out, hint_oov }, Targets { labels, valid, h_last })
+    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev, hint_row, hint_len, hint_out, hint_oov, hint_in }, Targets { labels, valid, h_last })
 }
 
 /// The draft vocabulary: the `n` most frequent labels of the training split
@@ -795,6 +827,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
                 has_conf: true,
                 copy_bias: Vec::new(),
                 copy_conf_bias: Vec::new(),
+                copy_embed: Vec::new(),
             };
             let mut w = DSparkWeights::init_from_target(model, cfg, Some(d2t), tc.seed);
             if tcfg.rope_style == RopeStyle::Pairs {
@@ -829,6 +862,12 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
         }
         (0, n) => bail!("--copy-ngram {n}: need 1..={}", tandem_model::dspark::MAX_COPY_NGRAM),
         (have, n) => bail!("--copy-ngram {n}: the init file's copy hints match up to {have}"),
+    }
+    if tc.copy_embed && init.cfg.copy_embed.is_empty() {
+        if init.cfg.copy_ngram() == 0 {
+            bail!("--copy-embed needs copy hints (--copy-ngram)");
+        }
+        init.cfg.copy_embed = vec![0.0; init.cfg.copy_ngram()];
     }
     let cfg = init.cfg.clone();
     let d2t: Vec<u32> = init.d2t.clone().unwrap_or_else(|| (0..tcfg.vocab as u32).collect());

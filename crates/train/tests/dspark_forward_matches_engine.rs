@@ -86,6 +86,7 @@ fn check(hints: bool) {
         has_conf: true,
         copy_bias: if hints { vec![0.7, 1.9] } else { Vec::new() },
         copy_conf_bias: if hints { vec![0.4, -0.3] } else { Vec::new() },
+        copy_embed: if hints { vec![0.8, -1.3] } else { Vec::new() },
     };
     let mut w = DSparkWeights::init_from_target(&target, cfg.clone(), Some(d2t.clone()), 5);
     perturb(&mut w, 77);
@@ -111,7 +112,7 @@ fn check(hints: bool) {
     let mut cache = dm.new_cache(64);
     dm.inject(&pool, &mut cache, &feats, a).unwrap();
     let (mut e, mut base) = (Vec::new(), Vec::new());
-    dm.block(&pool, &mut cache, anchor, 4, &mut e, &mut base).unwrap();
+    dm.block(&pool, &mut cache, anchor, hint[0], 4, &mut e, &mut base).unwrap();
     assert_eq!(cache.len(), a, "block rows are dropped");
     let vd = cfg.draft_vocab;
     let mut eng_logits = Vec::new();
@@ -139,8 +140,15 @@ fn check(hints: bool) {
     }
     let mut prevs = prev.clone();
     prevs.extend([40, 1, 2, 3]);
-    let (mut hint_row, mut hint_len, mut hint_out, mut hint_oov) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut hint_row, mut hint_len, mut hint_out, mut hint_oov, mut hint_in) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     if hints {
+        // slot 0's hint embedding joins its input
+        hint_in = vec![0f32; 8 * d];
+        for r in [0, 4] {
+            if let Some((t, _)) = hint[r] {
+                target.embed(t, &mut hint_in[r * d..(r + 1) * d]).unwrap();
+            }
+        }
         let out_w = target.output_weight().view(target.gguf());
         hint_out = vec![0f32; 8 * d];
         for (r, h) in hint.iter().enumerate() {
@@ -159,7 +167,7 @@ fn check(hints: bool) {
             hint_oov.push(oov);
         }
     }
-    let b = Blocks { feats: feats.clone(), l: a, anchors: vec![a, 5], emb, prev: prevs, hint_row, hint_len, hint_out, hint_oov };
+    let b = Blocks { feats: feats.clone(), l: a, anchors: vec![a, 5], emb, prev: prevs, hint_row, hint_len, hint_out, hint_oov, hint_in };
     let (ce, cl, cz) = net.forward(&b, &dev).unwrap();
     let cl = cl.to_vec2::<f32>().unwrap();
     let ce = ce.to_vec2::<f32>().unwrap();
@@ -193,6 +201,10 @@ fn check(hints: bool) {
         let row = d2t.iter().position(|&t| t == 6).unwrap();
         assert!((eng_logits[0][row] - no_hint[row] - 1.9).abs() < 1e-5);
         assert!((c0 - eng_conf[0]).abs() > 1e-3, "the confidence bias applies");
+        // and slot 0's hint embedding changes the block's states
+        let (mut e2, mut base2) = (Vec::new(), Vec::new());
+        dm.block(&pool, &mut cache, anchor, None, 4, &mut e2, &mut base2).unwrap();
+        assert!(e2[..d].iter().zip(&e[..d]).any(|(x, y)| (x - y).abs() > 1e-3), "the hint embedding applies");
     }
 }
 
@@ -227,6 +239,7 @@ fn teacher_covers_a_hint_outside_the_draft_vocabulary() {
         hint_len: vec![1, 0],
         hint_out,
         hint_oov: vec![1.0, 0.0],
+        hint_in: Vec::new(),
     };
     let pt = net.target_probs(&h, &b, 2, &dev).unwrap().to_vec2::<f32>().unwrap();
     let pool = ThreadPool::new(1);
@@ -281,6 +294,7 @@ fn appended_target_layers_and_blocks_start_without_effect() {
         has_conf: true,
         copy_bias: Vec::new(),
         copy_conf_bias: Vec::new(),
+        copy_embed: Vec::new(),
     };
     let mut w = DSparkWeights::init_from_target(&target, cfg, None, 9);
     perturb(&mut w, 31);
@@ -306,7 +320,7 @@ fn appended_target_layers_and_blocks_start_without_effect() {
         let mut cache = m.new_cache(64);
         m.inject(&pool, &mut cache, feats, a).unwrap();
         let (mut e, mut base) = (Vec::new(), Vec::new());
-        m.block(&pool, &mut cache, 17, 4, &mut e, &mut base).unwrap();
+        m.block(&pool, &mut cache, 17, None, 4, &mut e, &mut base).unwrap();
         (e, base)
     };
     let (e0, b0) = run(&narrow_m, &f1);
