@@ -138,6 +138,12 @@ pub struct Features {
 
 const FEAT_MAGIC: &[u8; 8] = b"TDMFEAT1";
 
+/// The slot-0 hint-embedding factors are trained as `copy_embed / SCALE`: a
+/// few scalars next to large matrices, they would otherwise move at the
+/// matrices' pace (AdamW steps of about the learning rate) and stay near
+/// their starting zero for the whole run.
+pub const COPY_EMBED_SCALE: f32 = 10.0;
+
 /// The feature cache of `seqs` consecutive sequences of the data: `data` is
 /// the data file they came from, beside which the cache lives (None: not
 /// cached, computed every run).
@@ -355,7 +361,8 @@ pub struct DSparkNet {
     conf_b: Var,
     /// Copy-hint logit and confidence biases per suffix length (None: no hints).
     copy: Option<(Var, Var)>,
-    /// Factor per suffix length on slot 0's hint embedding (None: not used).
+    /// Factor per suffix length on slot 0's hint embedding, divided by
+    /// [`COPY_EMBED_SCALE`] (None: not used).
     copy_in: Option<Var>,
     /// The target's final norm (for the target distribution).
     target_norm: Tensor,
@@ -401,7 +408,12 @@ impl DSparkNet {
             } else {
                 None
             },
-            copy_in: if c.copy_embed.is_empty() { None } else { Some(var(&c.copy_embed, c.copy_ngram(), 1)?) },
+            copy_in: if c.copy_embed.is_empty() {
+                None
+            } else {
+                let v: Vec<f32> = c.copy_embed.iter().map(|x| x / COPY_EMBED_SCALE).collect();
+                Some(var(&v, c.copy_ngram(), 1)?)
+            },
             target_norm: Tensor::from_slice(target.output_norm(), d, dev)?,
             target_eps: target.cfg.eps as f64,
         })
@@ -436,7 +448,7 @@ impl DSparkNet {
             cfg.copy_conf_bias = f(c.as_tensor())?;
         }
         if let Some(ci) = &self.copy_in {
-            cfg.copy_embed = f(ci.as_tensor())?;
+            cfg.copy_embed = f(ci.as_tensor())?.iter().map(|x| x * COPY_EMBED_SCALE).collect();
         }
         Ok(DSparkWeights {
             cfg,
@@ -532,7 +544,7 @@ impl DSparkNet {
                     len[r] = b.hint_len[r] - 1;
                 }
             }
-            let scale = (ci.as_tensor().index_select(&Tensor::from_vec(len, n, dev)?, 0)? * Tensor::from_vec(has, n, dev)?)?;
+            let scale = ((ci.as_tensor().index_select(&Tensor::from_vec(len, n, dev)?, 0)? * COPY_EMBED_SCALE as f64)? * Tensor::from_vec(has, n, dev)?)?;
             let hin = Tensor::from_slice(&b.hint_in, (n, d), dev)?;
             x = (x + hin.broadcast_mul(&scale.unsqueeze(1)?)?)?;
         }
