@@ -246,9 +246,9 @@ impl Features {
 /// The target features (inputs of `target_layers`, concatenated) of every
 /// sequence of `data`, part by part: each part's cache file is reused when it
 /// fits, else the features are computed and saved there. No parts: the whole
-/// data, not cached. The input of layer `n_layer + 1` (the final residual) is
-/// not cached nor recomputed: it is the data file's hidden rows, the same
-/// f16 values a target pass would give.
+/// data, not cached. The tap `n_layer` (the last layer's output, the final
+/// residual) is not cached nor recomputed: it is the data file's hidden rows,
+/// the same f16 values a target pass would give.
 pub fn load_features(engine: &Engine, data: &Dataset, target_layers: &[usize], parts: &[FeatureCache]) -> Result<Features> {
     let d = engine.model.cfg.d_model;
     let n_layer = engine.model.cfg.n_layer;
