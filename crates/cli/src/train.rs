@@ -116,8 +116,6 @@ fn say_made(how: &str, d: &Dataset, t0: Instant, path: &std::path::Path) {
     eprintln!("{how} {n} sequences, {tokens} tokens ({generated} generated) in {secs:.0} s -> {}", path.display());
 }
 
-/// Where the target features of `layers` for a data file are cached (shared
-/// by `train dspark` and the fused MTP heads of `train mtp`).
 /// Rebuild a data file from its token file and save it; with `layers`, the
 /// feature cache of those target layers is written from the same pass.
 fn rebuild(engine: &std::sync::Arc<tandem_engine::Engine>, tokens: &std::path::Path, data_path: &std::path::Path, layers: &[usize]) -> Result<Dataset> {
@@ -166,9 +164,8 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     append_data(&mut data, &a.also_data, |p, n| feature_cache.push(cache_of(p, n)))?;
     let cfg = tandem_train::dspark::DSparkTrainConfig {
         block_size: a.block_size,
-        // with --init, none given keeps the init file's
+        // with --init, layers and target layers not given keep the init file's
         layers: a.layers.unwrap_or(if a.init.is_some() { 0 } else { 1 }),
-        // with --init, none given keeps the init file's
         target_layers: match (&a.target_layers, &a.init) {
             (Some(l), _) => l.clone(),
             (None, Some(_)) => Vec::new(),

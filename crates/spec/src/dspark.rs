@@ -226,7 +226,8 @@ impl Drafter for DSparkDrafter {
             let i = first + j;
             self.logits.clear();
             self.logits.extend_from_slice(&self.base[i * dv..(i + 1) * dv]);
-            let hint = if hints { self.model.copy_hint(&self.text) } else { None };
+            // the first step's text is the one hint0 was found in
+            let hint = if j == 0 { hint0 } else if hints { self.model.copy_hint(&self.text) } else { None };
             let conf = self.model.markov(&self.pool, prev, hint, &self.e[i * d..(i + 1) * d], &mut self.logits)?;
             if let (Some(cut), Some(c)) = (self.opts.confidence, conf) {
                 // decided before the token is chosen: truncation stays lossless

@@ -275,27 +275,7 @@ fn appended_target_layers_and_blocks_start_without_effect() {
     let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
     let tc = target.cfg.clone();
     let d = tc.d_model;
-    let cfg = DSparkConfig {
-        n_layer: 1,
-        d_model: d,
-        n_head: tc.n_head,
-        n_kv_head: tc.n_kv_head,
-        head_dim: tc.head_dim,
-        ffn: tc.ffn,
-        eps: tc.eps,
-        rope_base: 10000.0,
-        ctx: 256,
-        block_size: 4,
-        target_layers: vec![1],
-        sample_from_anchor: true,
-        mask_token: 3,
-        markov_rank: 8,
-        draft_vocab: tc.vocab,
-        has_conf: true,
-        copy_bias: Vec::new(),
-        copy_conf_bias: Vec::new(),
-        copy_embed: Vec::new(),
-    };
+    let cfg = DSparkConfig::for_target(&tc, 1, 4, vec![1], 8, tc.vocab, 3);
     let mut w = DSparkWeights::init_from_target(&target, cfg, None, 9);
     perturb(&mut w, 31);
     let mut wide = w.clone();
