@@ -110,6 +110,15 @@ pub struct TrainDsparkArgs {
     /// Anchors (blocks) per sequence per step.
     #[arg(long, default_value_t = 32)]
     pub anchors: usize,
+    /// Weight of the cross-entropy on the target's greedy token in each
+    /// slot's loss (0..=1); the rest goes to the distribution term.
+    #[arg(long, default_value_t = 0.1, value_name = "F")]
+    pub ce_weight: f32,
+    /// Distribution term: soft cross-entropy against the target's whole
+    /// draft-vocabulary distribution (as the MTP trainer's --distill) instead
+    /// of total variation.
+    #[arg(long)]
+    pub soft_ce: bool,
     /// Sequences per optimiser step.
     #[arg(long, default_value_t = 4)]
     pub batch: usize,

@@ -177,6 +177,8 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
         copy_ngram: a.copy_ngram,
         copy_embed: a.copy_embed,
         anchors: a.anchors,
+        ce_weight: a.ce_weight,
+        soft_ce: a.soft_ce,
         seqs_per_step: a.batch,
         steps: a.steps,
         lr: a.lr,

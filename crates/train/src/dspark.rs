@@ -14,8 +14,10 @@
 //! additive mask over `[context rows ‖ block rows]`. The Markov head is
 //! teacher forced: `prev_0 = tokens[a]`, `prev_i = tokens[a+i]`.
 //!
-//! Loss per supervised slot (DSpark): `w_i·(0.1·CE + 0.9·TV(p_d, p_t)) +
-//! BCE(c_i, Σ min(p_d, p_t))` with `w_i = exp(−i/4)`; `p_t` is the target's
+//! Loss per supervised slot (DSpark): `w_i·(α·CE + (1−α)·TV(p_d, p_t)) +
+//! BCE(c_i, Σ min(p_d, p_t))` with `w_i = exp(−i/4)` and α = 0.1 by default
+//! (`--ce-weight`); `--soft-ce` puts the soft cross-entropy −Σ p_t·log p_d
+//! (the MTP head's distillation term) in TV's place; `p_t` is the target's
 //! distribution restricted to the draft vocabulary (from the final pre-norm
 //! residual the data file holds). The confidence head sees its inputs
 //! detached, so the BCE trains `conf_proj` only. The token embedding and the
@@ -64,6 +66,13 @@ pub struct DSparkTrainConfig {
     pub copy_embed: bool,
     /// Anchors per sequence per step.
     pub anchors: usize,
+    /// Weight α of the cross-entropy on the target's greedy label; the rest
+    /// goes to the distribution term.
+    pub ce_weight: f32,
+    /// Distribution term: soft cross-entropy against the target instead of
+    /// total variation (TV matches sampled acceptance; greedy acceptance
+    /// needs the top token right, which the cross-entropies aim at).
+    pub soft_ce: bool,
     /// Sequences per optimiser step.
     pub seqs_per_step: usize,
     pub steps: usize,
@@ -626,7 +635,7 @@ impl DSparkNet {
     }
 
     /// Summed loss over the valid slots and their count.
-    pub fn loss(&self, b: &Blocks, t: &Targets, dev: &Device) -> Result<(Tensor, usize)> {
+    pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, dev: &Device) -> Result<(Tensor, usize)> {
         let bs = self.cfg.block_size;
         let n = t.labels.len();
         let (_, logits, z) = self.forward(b, dev)?;
@@ -642,15 +651,15 @@ impl DSparkNet {
             count += 1;
             let wi = (-((r % bs) as f32) / 4.0).exp();
             val[r] = 1.0;
-            tvw[r] = 0.9 * wi;
+            tvw[r] = (1.0 - ce_weight) * wi;
             if t.labels[r] != u32::MAX {
-                cew[r] = 0.1 * wi;
+                cew[r] = ce_weight * wi;
                 lab[r] = t.labels[r];
             }
         }
         let tv = |v: Vec<f32>| Tensor::from_vec(v, n, dev);
         let ce = lsm.gather(&Tensor::from_vec(lab, (n, 1), dev)?, 1)?.squeeze(1)?.neg()?;
-        let tvd = ((&pd - &pt)?.abs()?.sum(1)? * 0.5)?;
+        let tvd = if soft_ce { (&pt * &lsm)?.sum(1)?.neg()? } else { ((&pd - &pt)?.abs()?.sum(1)? * 0.5)? };
         let soft = pd.minimum(&pt)?.sum(1)?.detach();
         let softplus = (z.relu()? + (z.abs()?.neg()?.exp()? + 1.0)?.log()?)?;
         let bce = (softplus - (soft * &z)?)?;
@@ -875,6 +884,9 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
         (0, n) => bail!("--copy-ngram {n}: need 1..={}", tandem_model::dspark::MAX_COPY_NGRAM),
         (have, n) => bail!("--copy-ngram {n}: the init file's copy hints match up to {have}"),
     }
+    if !(0.0..=1.0).contains(&tc.ce_weight) {
+        bail!("--ce-weight {}: need a weight in 0..=1", tc.ce_weight);
+    }
     if tc.copy_embed && init.cfg.copy_embed.is_empty() {
         if init.cfg.copy_ngram() == 0 {
             bail!("--copy-embed needs copy hints (--copy-ngram)");
@@ -948,7 +960,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             cand.truncate(k);
             cand.sort_unstable();
             let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
-            let (ls, c) = net.loss(&b, &t, &dev)?;
+            let (ls, c) = net.loss(&b, &t, tc.ce_weight, tc.soft_ce, &dev)?;
             count += c;
             loss = Some(match loss {
                 None => ls,
