@@ -101,6 +101,18 @@ mod tests {
                 assert_eq!((p.d.to_bits(), p.s.to_bits(), p.qs), (q.d.to_bits(), q.s.to_bits(), q.qs), "case {case}");
             }
         }
+        // whole blocks at one magnitude, so the scale sweeps f16's subnormal
+        // range, its normal range and past its largest value
+        for e in -40..=40 {
+            let x: Vec<f32> = (0..64).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2f32.powi(e)).collect();
+            let mut a = vec![ActBlock::default(); 2];
+            let mut b = vec![ActBlock::default(); 2];
+            quantize_act_row(&x, &mut a);
+            quantize_act_row_scalar(&x, &mut b);
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!((p.d.to_bits(), p.s.to_bits(), p.qs), (q.d.to_bits(), q.s.to_bits(), q.qs), "2^{e}");
+            }
+        }
         let zeros = vec![0f32; 64];
         let mut a = vec![ActBlock::default(); 2];
         quantize_act_row(&zeros, &mut a);

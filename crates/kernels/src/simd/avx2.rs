@@ -550,7 +550,9 @@ pub(crate) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
         let sum = _mm_cvtsi128_si32(_mm_add_epi32(s1, _mm_shuffle_epi32(s1, 0b10_11_00_01)));
         let w16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256(blk.qs.as_mut_ptr() as *mut __m256i, _mm256_permutevar8x32_epi32(w16, perm));
-        blk.d = crate::quant::round_f16(d);
+        // F16C's round-to-nearest-even conversion: the same bits as
+        // `quant::round_f16` for every finite value (and `d` is finite)
+        blk.d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(d))));
         blk.s = blk.d * sum as f32;
     }
 }

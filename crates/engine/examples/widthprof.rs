@@ -1,0 +1,31 @@
+//! Repeat one target forward of W rows at a context of 128, for `perf`.
+//!
+//! cargo run --release -p tandem-engine --example widthprof -- W [reps]
+use std::sync::Arc;
+use std::time::Instant;
+
+use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
+use tandem_engine::{Engine, Session};
+use tandem_model::{ForwardOutput, LogitRows};
+
+fn main() {
+    let w: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let reps: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
+    let path = ensure_model(&DEFAULT_MODEL, &models_dir(), true).unwrap();
+    let e = Arc::new(Engine::load(path, 2).unwrap());
+    let mut s = Session::new(e.clone(), 300);
+    let toks: Vec<u32> = (0..128u32).map(|i| 100 + (i * 7919) % 40000).collect();
+    s.feed(&toks).unwrap();
+    let base = s.tokens.len();
+    let extra: Vec<u32> = (0..w as u32).map(|i| 200 + i * 31).collect();
+    let mut out = ForwardOutput::default();
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        e.model.forward(&e.pool, &mut s.cache, &extra, &LogitRows::All, &[], &mut out).unwrap();
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        s.cache.truncate(base);
+    }
+    times.sort_by(f64::total_cmp);
+    println!("width {w}: p10 {:.3} ms, median {:.3} ms", times[reps / 10], times[reps / 2]);
+}
