@@ -111,6 +111,16 @@ pub struct DSparkReport {
     pub ece: f64,
     /// 1 + Σ_i acceptance[i].
     pub mean_committed: f64,
+    /// Cycles of the walk that decoding with full blocks takes through the
+    /// held-out sequences: each cycle's anchor is the position after the
+    /// previous cycle's committed tokens, so hard positions (right after a
+    /// rejection) are anchors more often than uniform anchors make them.
+    pub walk_cycles: usize,
+    /// Mean committed tokens per cycle of that walk (what `--spec-fixed`
+    /// full blocks give on these sequences).
+    pub walk_committed: f64,
+    /// Per slot i: share of the walk's cycles whose slots 0..=i are right.
+    pub walk_acceptance: Vec<f64>,
     pub secs: f64,
     pub feature_secs: f64,
     pub steps: usize,
@@ -135,6 +145,14 @@ impl std::fmt::Display for DSparkReport {
             )?;
         }
         writeln!(f, "mean committed tokens per cycle {:.3}; confidence ECE {:.3}", self.mean_committed, self.ece)?;
+        let walk: Vec<String> = self.walk_acceptance.iter().map(|a| format!("{:.1}%", 100.0 * a)).collect();
+        writeln!(
+            f,
+            "decoding walk (full blocks, cycle by cycle): {} cycles, mean committed tokens per cycle {:.3}, acceptance per slot {}",
+            self.walk_cycles,
+            self.walk_committed,
+            walk.join(" / ")
+        )?;
         write!(f, "final training loss {:.4}", self.final_loss)
     }
 }
@@ -1021,6 +1039,8 @@ fn export(net: &DSparkNet, engine: &Engine, id: &TargetId, d2t: &[u32], tc: &DSp
         extra.push(("tandem-dspark.train.heldout_mean_confidence".into(), arr(&r.mean_conf)));
         extra.push(("tandem-dspark.train.heldout_ece".into(), Value::F32(r.ece as f32)));
         extra.push(("tandem-dspark.train.mean_committed".into(), Value::F32(r.mean_committed as f32)));
+        extra.push(("tandem-dspark.train.walk_mean_committed".into(), Value::F32(r.walk_committed as f32)));
+        extra.push(("tandem-dspark.train.walk_acceptance".into(), arr(&r.walk_acceptance)));
     }
     let g = w.to_gguf(engine.model.gguf(), id, ty, &extra)?;
     if let Some(dir) = out.parent() {
@@ -1030,10 +1050,29 @@ fn export(net: &DSparkNet, engine: &Engine, id: &TargetId, d2t: &[u32], tc: &DSp
     Ok(())
 }
 
+/// The cycles that decoding with full blocks takes over a sequence whose
+/// anchor `j` (from the first generated position) has an accepted prefix of
+/// `run[j]` slots: each cycle commits `run[j] + 1` tokens and the next
+/// anchor follows them. Adds the committed tokens and the per-slot accepted
+/// cycles to the totals and returns the number of cycles.
+fn decoding_walk(run: &[usize], committed: &mut u64, accepted: &mut [u64]) -> u64 {
+    let (mut j, mut cycles) = (0, 0);
+    while j < run.len() {
+        let k = run[j];
+        cycles += 1;
+        *committed += k as u64 + 1;
+        accepted.iter_mut().take(k).for_each(|c| *c += 1);
+        j += k + 1;
+    }
+    cycles
+}
+
 /// Held-out acceptance and calibration: every generated position of the
 /// greedy held-out sequences with a full block inside the sequence is an
 /// anchor (along an accepted prefix the teacher-forced Markov inputs are
-/// then exactly the drafted tokens).
+/// then exactly the drafted tokens). The same per-anchor results also give
+/// the walk that decoding with full blocks takes: cycle after cycle, from the
+/// first generated position.
 pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features, held: &[usize], t2d: &[u32], dev: &Device) -> Result<DSparkReport> {
     let cfg = &net.cfg;
     let bs = cfg.block_size;
@@ -1044,6 +1083,7 @@ pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features
     let (mut bin_n, mut bin_c, mut bin_ok) = (vec![0u64; 10], vec![0f64; 10], vec![0u64; 10]);
     let (mut anchors_n, mut seqs_n) = (0u64, 0usize);
     let (mut cov_n, mut cov_in) = (0u64, 0u64);
+    let (mut walk_cycles, mut walk_committed, mut walk_acc) = (0u64, 0u64, vec![0u64; bs]);
     for &si in held {
         let s = &data.seqs[si];
         for &a in &s.argmax[s.prompt_len..] {
@@ -1060,7 +1100,9 @@ pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features
         }
         seqs_n += 1;
         let all: Vec<usize> = (lo..hi).collect();
-        for chunk in all.chunks(64) {
+        // accepted prefix length per anchor, for the walk
+        let mut run = vec![0usize; all.len()];
+        for (ci, chunk) in all.chunks(64).enumerate() {
             let (b, t) = make_blocks(model, cfg, s, &feats.rows[si], chunk, t2d, &mask_emb);
             let (_, logits, z) = net.forward(&b, dev)?;
             let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
@@ -1082,9 +1124,11 @@ pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features
                     }
                     prefix &= ok;
                     acc[i] += prefix as u64;
+                    run[ci * 64 + k] += prefix as usize;
                 }
             }
         }
+        walk_cycles += decoding_walk(&run, &mut walk_committed, &mut walk_acc);
     }
     let nn = anchors_n.max(1) as f64;
     let acceptance: Vec<f64> = acc.iter().map(|&c| c as f64 / nn).collect();
@@ -1102,6 +1146,28 @@ pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features
         cond_acceptance: cond_ok.iter().zip(&cond_n).map(|(&o, &n)| o as f64 / n.max(1) as f64).collect(),
         mean_conf: conf_sum.iter().zip(&cond_n).map(|(&c, &n)| c / n.max(1) as f64).collect(),
         ece,
+        walk_cycles: walk_cycles as usize,
+        walk_committed: walk_committed as f64 / walk_cycles.max(1) as f64,
+        walk_acceptance: walk_acc.iter().map(|&c| c as f64 / walk_cycles.max(1) as f64).collect(),
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decoding_walk;
+
+    #[test]
+    fn the_walk_jumps_over_committed_tokens() {
+        // anchors 0..8: cycle at 0 accepts 2 (commits 3), at 3 accepts 0, at 4
+        // accepts 4 (commits 5, past the end): three cycles, 9 tokens
+        let run = [2, 4, 4, 0, 4, 1, 1, 1];
+        let (mut committed, mut acc) = (0u64, vec![0u64; 4]);
+        assert_eq!(decoding_walk(&run, &mut committed, &mut acc), 3);
+        assert_eq!(committed, 3 + 1 + 5);
+        assert_eq!(acc, vec![2, 2, 1, 1]);
+        let (mut committed, mut acc) = (0u64, vec![0u64; 4]);
+        assert_eq!(decoding_walk(&[], &mut committed, &mut acc), 0);
+        assert_eq!(committed, 0);
+    }
 }
