@@ -153,7 +153,12 @@ impl std::fmt::Display for DSparkReport {
             self.walk_committed,
             walk.join(" / ")
         )?;
-        write!(f, "final training loss {:.4}", self.final_loss)
+        if self.final_loss.is_nan() {
+            // no step ran (`--steps 0` / `--epochs 0`): an evaluation only
+            write!(f, "no training steps: the held-out figures are the starting file's")
+        } else {
+            write!(f, "final training loss {:.4}", self.final_loss)
+        }
     }
 }
 

@@ -93,7 +93,12 @@ impl std::fmt::Display for Report {
         for (i, (c, a)) in self.chain_acceptance.iter().zip(&self.depth_accuracy).enumerate() {
             writeln!(f, "depth {}: chain acceptance {:.1}%, accuracy given a correct prefix {:.1}%", i + 1, 100.0 * c, 100.0 * a)?;
         }
-        write!(f, "final training loss {:.4}", self.final_loss)
+        if self.final_loss.is_nan() {
+            // no step ran (`--steps 0` / `--epochs 0`): an evaluation only
+            write!(f, "no training steps: the held-out figures are the starting file's")
+        } else {
+            write!(f, "final training loss {:.4}", self.final_loss)
+        }
     }
 }
 
