@@ -119,6 +119,12 @@ pub struct TrainDsparkArgs {
     /// of total variation.
     #[arg(long)]
     pub soft_ce: bool,
+    /// Share of each sequence's anchors drawn with weight 1 − p (p: the
+    /// target's probability of its own greedy token at the position before
+    /// the anchor), the rest uniformly: decoding starts its cycles after
+    /// the drafter's misses, which fall where the target is unsure.
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    pub hard_anchors: f32,
     /// Sequences per optimiser step.
     #[arg(long, default_value_t = 4)]
     pub batch: usize,

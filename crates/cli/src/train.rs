@@ -179,6 +179,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
         anchors: a.anchors,
         ce_weight: a.ce_weight,
         soft_ce: a.soft_ce,
+        hard_anchors: a.hard_anchors,
         seqs_per_step: a.batch,
         steps: a.steps,
         lr: a.lr,

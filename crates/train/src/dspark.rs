@@ -73,6 +73,12 @@ pub struct DSparkTrainConfig {
     /// total variation (TV matches sampled acceptance; greedy acceptance
     /// needs the top token right, which the cross-entropies aim at).
     pub soft_ce: bool,
+    /// Share of each sequence's anchors drawn with weight `1 − p`, `p` the
+    /// target's probability (over the draft vocabulary) of the anchor's
+    /// token at the position before it; the rest uniformly. Decoding starts
+    /// its cycles right after the drafter's misses (the decoding walk of
+    /// [`DSparkReport`]), which the target's uncertainty stands in for.
+    pub hard_anchors: f32,
     /// Sequences per optimiser step.
     pub seqs_per_step: usize,
     pub steps: usize,
@@ -657,6 +663,19 @@ impl DSparkNet {
         Ok(candle_nn::ops::softmax(&lg, D::Minus1)?)
     }
 
+    /// `1 − max p` of the target's distribution over the draft vocabulary
+    /// for each of the final residual rows `h` (f16, `n × d`): how unsure
+    /// the target is of its greedy token.
+    pub fn unsure(&self, h: &[f16], dev: &Device) -> Result<Vec<f32>> {
+        let d = self.cfg.d_model;
+        let n = h.len() / d;
+        let hf: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
+        let h = Tensor::from_vec(hf, (n, d), dev)?;
+        let hn = rmsnorm(&h, &self.target_norm, self.target_eps)?;
+        let p = candle_nn::ops::softmax(&linear(&hn, &self.output)?, D::Minus1)?;
+        Ok(p.max(D::Minus1)?.to_vec1::<f32>()?.into_iter().map(|m| 1.0 - m).collect())
+    }
+
     /// Summed loss over the valid slots and their count.
     pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, dev: &Device) -> Result<(Tensor, usize)> {
         let bs = self.cfg.block_size;
@@ -910,6 +929,9 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     if !(0.0..=1.0).contains(&tc.ce_weight) {
         bail!("--ce-weight {}: need a weight in 0..=1", tc.ce_weight);
     }
+    if !(0.0..=1.0).contains(&tc.hard_anchors) {
+        bail!("--hard-anchors {}: need a share in 0..=1", tc.hard_anchors);
+    }
     if tc.copy_embed && init.cfg.copy_embed.is_empty() {
         if init.cfg.copy_ngram() == 0 {
             bail!("--copy-embed needs copy hints (--copy-ngram)");
@@ -976,7 +998,20 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
                 continue;
             }
             let k = tc.anchors.min(cand.len());
-            for i in 0..k {
+            let hard = (tc.hard_anchors * k as f32).round() as usize;
+            if hard > 0 {
+                // weighted draws without replacement: the `hard` largest keys
+                // u^(1/w) (Efraimidis–Spirakis) go first
+                let w = net.unsure(&s.hidden[(lo - 1) * d..(s.tokens.len() - 1) * d], &dev)?;
+                let mut keyed: Vec<(f64, usize)> = cand
+                    .iter()
+                    .zip(&w)
+                    .map(|(&a, &wi)| ((rng.f32().max(f32::MIN_POSITIVE) as f64).powf(1.0 / (wi as f64).max(1e-6)), a))
+                    .collect();
+                keyed.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+                cand = keyed.iter().map(|&(_, a)| a).collect();
+            }
+            for i in hard..k {
                 let j = i + rng.below(cand.len() - i);
                 cand.swap(i, j);
             }

@@ -320,3 +320,36 @@ fn appended_target_layers_and_blocks_start_without_effect() {
     assert!(b0.iter().zip(&b2).all(|(x, y)| x.to_bits() == y.to_bits()), "base logits differ after growing");
     assert!(tandem_train::dspark::grow_layers(&mut deep, 2).is_err(), "shrinking accepted");
 }
+
+/// `--hard-anchors` weighs anchors by how unsure the target is: `unsure` is
+/// 1 − the largest of the target's probabilities over the draft rows, from
+/// the final residual rows as the data file stores them (f16).
+#[test]
+fn unsure_is_one_minus_the_targets_top_draft_probability() {
+    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let tc = target.cfg.clone();
+    let d = tc.d_model;
+    let d2t: Vec<u32> = (0..tc.vocab as u32).filter(|t| t % 3 != 1).collect();
+    let cfg = DSparkConfig::for_target(&tc, 1, 2, vec![1, 2], 8, d2t.len(), 3);
+    let w = DSparkWeights::init_from_target(&target, cfg, Some(d2t.clone()), 5);
+    let dev = Device::Cpu;
+    let net = DSparkNet::new(&target, &w, &dev).unwrap();
+    let mut r = Rng(7);
+    let h: Vec<half::f16> = (0..3 * d).map(|_| half::f16::from_f32(3.0 * r.next())).collect();
+    let u = net.unsure(&h, &dev).unwrap();
+    assert_eq!(u.len(), 3);
+    let pool = ThreadPool::new(1);
+    for row in 0..3 {
+        let hf: Vec<f32> = h[row * d..(row + 1) * d].iter().map(|v| v.to_f32()).collect();
+        let mut hn = vec![0f32; d];
+        tandem_kernels::ops::rmsnorm(&hf, target.output_norm(), tc.eps, &mut hn);
+        let mut full = Vec::new();
+        target.lm_head(&pool, &hn, 1, &mut full);
+        let mx = d2t.iter().map(|&t| full[t as usize]).fold(f32::MIN, f32::max);
+        let z: f32 = d2t.iter().map(|&t| (full[t as usize] - mx).exp()).sum();
+        let want = 1.0 - 1.0 / z;
+        assert!((u[row] - want).abs() < 1e-5, "row {row}: {} vs {want}", u[row]);
+        assert!((0.0..1.0).contains(&u[row]));
+    }
+}
