@@ -651,9 +651,7 @@ impl DSparkNet {
     /// (with copy hints `A·B × (V_d + 1)`: the last column is a hint outside
     /// the draft vocabulary, as in [`Self::forward`]).
     pub fn target_probs(&self, h_last: &[f32], b: &Blocks, n: usize, dev: &Device) -> Result<Tensor> {
-        let h = Tensor::from_slice(h_last, (n, self.cfg.d_model), dev)?;
-        let hn = rmsnorm(&h, &self.target_norm, self.target_eps)?;
-        let mut lg = linear(&hn, &self.output)?;
+        let (hn, mut lg) = self.target_logits(Tensor::from_slice(h_last, (n, self.cfg.d_model), dev)?)?;
         if self.copy.is_some() {
             let ho = Tensor::from_slice(&b.hint_out, (n, self.cfg.d_model), dev)?;
             let oov = Tensor::from_slice(&b.hint_oov, n, dev)?;
@@ -670,10 +668,17 @@ impl DSparkNet {
         let d = self.cfg.d_model;
         let n = h.len() / d;
         let hf: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
-        let h = Tensor::from_vec(hf, (n, d), dev)?;
-        let hn = rmsnorm(&h, &self.target_norm, self.target_eps)?;
-        let p = candle_nn::ops::softmax(&linear(&hn, &self.output)?, D::Minus1)?;
+        let (_, lg) = self.target_logits(Tensor::from_vec(hf, (n, d), dev)?)?;
+        let p = candle_nn::ops::softmax(&lg, D::Minus1)?;
         Ok(p.max(D::Minus1)?.to_vec1::<f32>()?.into_iter().map(|m| 1.0 - m).collect())
+    }
+
+    /// The target's output-normed final residual rows and their logits over
+    /// the draft rows of its head.
+    fn target_logits(&self, h: Tensor) -> Result<(Tensor, Tensor)> {
+        let hn = rmsnorm(&h, &self.target_norm, self.target_eps)?;
+        let lg = linear(&hn, &self.output)?;
+        Ok((hn, lg))
     }
 
     /// Summed loss over the valid slots and their count.
@@ -1142,7 +1147,7 @@ pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features
         let all: Vec<usize> = (lo..hi).collect();
         // accepted prefix length per anchor, for the walk
         let mut run = vec![0usize; all.len()];
-        for (ci, chunk) in all.chunks(64).enumerate() {
+        for chunk in all.chunks(64) {
             let (b, t) = make_blocks(model, cfg, s, &feats.rows[si], chunk, t2d, &mask_emb);
             let (_, logits, z) = net.forward(&b, dev)?;
             let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
@@ -1164,7 +1169,7 @@ pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features
                     }
                     prefix &= ok;
                     acc[i] += prefix as u64;
-                    run[ci * 64 + k] += prefix as usize;
+                    run[chunk[k] - lo] += prefix as usize;
                 }
             }
         }

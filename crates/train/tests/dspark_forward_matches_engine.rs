@@ -62,11 +62,9 @@ fn candle_forward_matches_engine_dspark_with_copy_hints() {
 }
 
 fn check(hints: bool) {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
-    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let (target, d2t) = target_with_reduced_vocab();
     let tc = target.cfg.clone();
     let d = tc.d_model;
-    let d2t: Vec<u32> = (0..tc.vocab as u32).filter(|t| t % 3 != 1).collect();
     let cfg = DSparkConfig {
         n_layer: 2,
         d_model: d,
@@ -213,11 +211,9 @@ fn check(hints: bool) {
 /// the hinted token; elsewhere over the draft rows alone (extra column 0).
 #[test]
 fn teacher_covers_a_hint_outside_the_draft_vocabulary() {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
-    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let (target, d2t) = target_with_reduced_vocab();
     let tc = target.cfg.clone();
     let d = tc.d_model;
-    let d2t: Vec<u32> = (0..tc.vocab as u32).filter(|t| t % 3 != 1).collect();
     let mut cfg = DSparkConfig::for_target(&tc, 1, 2, vec![1, 2], 8, d2t.len(), 3);
     cfg.copy_bias = vec![1.0];
     cfg.copy_conf_bias = vec![0.0];
@@ -326,11 +322,9 @@ fn appended_target_layers_and_blocks_start_without_effect() {
 /// the final residual rows as the data file stores them (f16).
 #[test]
 fn unsure_is_one_minus_the_targets_top_draft_probability() {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
-    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let (target, d2t) = target_with_reduced_vocab();
     let tc = target.cfg.clone();
     let d = tc.d_model;
-    let d2t: Vec<u32> = (0..tc.vocab as u32).filter(|t| t % 3 != 1).collect();
     let cfg = DSparkConfig::for_target(&tc, 1, 2, vec![1, 2], 8, d2t.len(), 3);
     let w = DSparkWeights::init_from_target(&target, cfg, Some(d2t.clone()), 5);
     let dev = Device::Cpu;
@@ -352,4 +346,13 @@ fn unsure_is_one_minus_the_targets_top_draft_probability() {
         assert!((u[row] - want).abs() < 1e-5, "row {row}: {} vs {want}", u[row]);
         assert!((0.0..1.0).contains(&u[row]));
     }
+}
+
+/// A small synthetic target and a draft vocabulary of two thirds of its
+/// tokens (those with `t % 3 != 1`).
+fn target_with_reduced_vocab() -> (Arc<Model>, Vec<u32>) {
+    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
+    let d2t = (0..target.cfg.vocab as u32).filter(|t| t % 3 != 1).collect();
+    (target, d2t)
 }
