@@ -40,8 +40,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             "model": engine.model.cfg.arch,
             "threads": engine.pool.threads(),
             "simd": format!("{:?}", tandem_kernels::simd_level()),
-        "vnni": tandem_kernels::vnni(),
             "vnni": tandem_kernels::vnni(),
+            "wide512": tandem_kernels::wide(),
             "frontiers": rows,
             "batch_costs_at_ctx128": costs,
         });
@@ -96,6 +96,7 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
         "prompts_file": path,
         "simd": format!("{:?}", tandem_kernels::simd_level()),
         "vnni": tandem_kernels::vnni(),
+        "wide512": tandem_kernels::wide(),
         "report": report,
     });
     let json = serde_json::to_string_pretty(&summary)?;

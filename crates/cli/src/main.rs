@@ -78,7 +78,11 @@ pub fn load_engine(m: &ModelArgs) -> Result<Arc<Engine>> {
         t0.elapsed().as_secs_f64() * 1e3,
         threads,
         tandem_kernels::simd_level(),
-        if tandem_kernels::vnni() { "+VNNI" } else { "" }
+        match (tandem_kernels::vnni(), tandem_kernels::wide()) {
+            (_, true) => "+VNNI-512",
+            (true, false) => "+VNNI",
+            _ => "",
+        }
     );
     Ok(Arc::new(engine))
 }

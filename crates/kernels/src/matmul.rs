@@ -329,6 +329,11 @@ trait Packed {
     /// AVX2/FMA/F16C (and the VNNI encoding `simd::vnni_kind()` names) available; `grp` holds `a[0].len()` group blocks.
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]);
+    /// Two groups at once on 512-bit registers (the same bits per column).
+    /// # Safety
+    /// `simd::wide()`; `g0` and `g1` hold `a[0].len()` group blocks each.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]);
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32;
 }
 
@@ -345,6 +350,10 @@ impl Packed for PackedQ4 {
             crate::simd::Vnni::None => crate::simd::avx2::dot_q4x8::<MR>(grp, a, out),
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+        crate::simd::avx512::dot_q4x16::<MR>(g0, g1, a, out)
+    }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q4x8_scalar(data, k, col, a)
     }
@@ -360,6 +369,10 @@ impl Packed for PackedQ8 {
             crate::simd::Vnni::None => crate::simd::avx2::dot_q8x8::<MR>(grp, a, out),
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+        crate::simd::avx512::dot_q8x16::<MR>(g0, g1, a, out)
+    }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q8x8_scalar(data, k, col, a)
     }
@@ -374,15 +387,27 @@ unsafe fn cols_packed<P: Packed>(level: SimdLevel, w: &Weight, acts: &[ActBlock]
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => {
-            for g in cols.start / 8..cols.end / 8 {
-                let grp = &w.data[g * nb * P::BLOCK..(g + 1) * nb * P::BLOCK];
+            let wide = crate::simd::wide();
+            let group = |g: usize| &w.data[g * nb * P::BLOCK..(g + 1) * nb * P::BLOCK];
+            let (mut g, end) = (cols.start / 8, cols.end / 8);
+            while g < end {
+                // two groups per tile where 512-bit kernels run, else one
+                let pair = wide && g + 1 < end;
+                let (g0, g1) = (group(g), group(g + pair as usize));
                 let mut r = 0;
                 while r < m {
                     macro_rules! tile {
                         ($mr:literal) => {{
-                            let mut o = [[0f32; 8]; $mr];
-                            P::tile::<$mr>(grp, std::array::from_fn(|i| arow(r + i)), &mut o);
-                            emit(out, r, g * 8, &o);
+                            let rows: [&[ActBlock]; $mr] = std::array::from_fn(|i| arow(r + i));
+                            if pair {
+                                let mut o = [[0f32; 16]; $mr];
+                                P::tile2::<$mr>(g0, g1, rows, &mut o);
+                                emit(out, r, g * 8, &o);
+                            } else {
+                                let mut o = [[0f32; 8]; $mr];
+                                P::tile::<$mr>(g0, rows, &mut o);
+                                emit(out, r, g * 8, &o);
+                            }
                             r += $mr;
                         }};
                     }
@@ -395,6 +420,7 @@ unsafe fn cols_packed<P: Packed>(level: SimdLevel, w: &Weight, acts: &[ActBlock]
                         _ => tile!(6),
                     }
                 }
+                g += 1 + pair as usize;
             }
         }
         _ => {

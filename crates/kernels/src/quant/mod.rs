@@ -13,12 +13,14 @@ pub mod quantize;
 pub use formats::{dequantize_row, f16_to_f32};
 
 /// One 32-element int8 block of a quantized activation row.
-/// `x[i] ≈ d * qs[i]`; `s = d * Σ qs[i]` (what the `min` term of Q4_1/Q5_1/K-quants needs).
+/// `x[i] ≈ d * qs[i]`; `s = d * Σ qs[i]` (what the `min` term of Q4_1/Q5_1/K-quants needs);
+/// `sum = Σ qs[i]` (what an unsigned-weight `vpdpbusd` product subtracts, see `simd::avx512`).
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C)]
 pub struct ActBlock {
     pub d: f32,
     pub s: f32,
+    pub sum: i32,
     pub qs: [i8; 32],
 }
 
@@ -57,6 +59,7 @@ pub fn quantize_act_row_scalar(x: &[f32], out: &mut [ActBlock]) {
         // with the stored quants (Σ x ≈ d·Σ q), which the min terms rely on.
         blk.d = round_f16(d);
         blk.s = blk.d * sum as f32;
+        blk.sum = sum;
     }
 }
 
@@ -98,7 +101,8 @@ mod tests {
             quantize_act_row(&x, &mut a);
             quantize_act_row_scalar(&x, &mut b);
             for (p, q) in a.iter().zip(&b) {
-                assert_eq!((p.d.to_bits(), p.s.to_bits(), p.qs), (q.d.to_bits(), q.s.to_bits(), q.qs), "case {case}");
+                assert_eq!((p.d.to_bits(), p.s.to_bits(), p.sum, p.qs), (q.d.to_bits(), q.s.to_bits(), q.sum, q.qs), "case {case}");
+                assert_eq!(p.sum, p.qs.iter().map(|&v| v as i32).sum::<i32>());
             }
         }
         // whole blocks at one magnitude, so the scale sweeps f16's subnormal
@@ -110,12 +114,12 @@ mod tests {
             quantize_act_row(&x, &mut a);
             quantize_act_row_scalar(&x, &mut b);
             for (p, q) in a.iter().zip(&b) {
-                assert_eq!((p.d.to_bits(), p.s.to_bits(), p.qs), (q.d.to_bits(), q.s.to_bits(), q.qs), "2^{e}");
+                assert_eq!((p.d.to_bits(), p.s.to_bits(), p.sum, p.qs), (q.d.to_bits(), q.s.to_bits(), q.sum, q.qs), "2^{e}");
             }
         }
         let zeros = vec![0f32; 64];
         let mut a = vec![ActBlock::default(); 2];
         quantize_act_row(&zeros, &mut a);
-        assert!(a.iter().all(|b| b.d == 0.0 && b.s == 0.0 && b.qs == [0; 32]));
+        assert!(a.iter().all(|b| b.d == 0.0 && b.s == 0.0 && b.sum == 0 && b.qs == [0; 32]));
     }
 }

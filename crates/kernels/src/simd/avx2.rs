@@ -554,5 +554,6 @@ pub(crate) unsafe fn quantize_act_row(x: &[f32], out: &mut [ActBlock]) {
         // `quant::round_f16` for every finite value (and `d` is finite)
         blk.d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(d))));
         blk.s = blk.d * sum as f32;
+        blk.sum = sum;
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Every SIMD kernel has a scalar twin with the same lane structure, so the
 //! choice changes speed only, never results. `TANDEM_SIMD=scalar` forces the
-//! scalar path and `TANDEM_SIMD=avx2` turns off the AVX-VNNI variants (used by
-//! tests and for A/B checks).
+//! scalar path, `TANDEM_SIMD=avx2` turns off the VNNI variants and
+//! `TANDEM_SIMD=vnni256` only the 512-bit ones (used by tests and for A/B
+//! checks).
 
 use std::sync::OnceLock;
 
@@ -34,6 +35,8 @@ macro_rules! unpack_q4x8_block {
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SimdLevel {
@@ -102,4 +105,76 @@ pub fn vnni_kind() -> Vnni {
 /// Whether the packed kernels use a VNNI variant.
 pub fn vnni() -> bool {
     vnni_kind() != Vnni::None
+}
+
+/// Whether this CPU can run the 512-bit kernels of [`avx512`] (AVX512F,
+/// AVX512BW and AVX512-VNNI on top of AVX2/FMA/F16C).
+pub(crate) fn wide_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+static WIDE: OnceLock<bool> = OnceLock::new();
+
+/// Whether the packed kernels compute two 8-column groups at a time on
+/// 512-bit registers (same bits, fewer instructions per row).
+/// `TANDEM_SIMD=vnni256` (or `avx2`, `scalar`) turns this off.
+pub fn wide() -> bool {
+    *WIDE.get_or_init(|| {
+        let off = std::env::var("TANDEM_SIMD").map(|v| v == "vnni256" || v == "avx2").unwrap_or(false);
+        !off && simd_level() == SimdLevel::Avx2 && wide_available()
+    })
+}
+
+/// Random activations and weight blocks for the kernel twin tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use crate::quant::{quantize_act_row_scalar, ActBlock};
+
+    pub(crate) struct Rng(pub u64);
+    impl Rng {
+        pub(crate) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        pub(crate) fn f(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
+    /// `rows` quantized activation rows of `nb` blocks.
+    pub(crate) fn acts(rng: &mut Rng, rows: usize, nb: usize) -> Vec<Vec<ActBlock>> {
+        (0..rows)
+            .map(|_| {
+                let x: Vec<f32> = (0..nb * 32).map(|_| rng.f() * 4.0).collect();
+                let mut a = vec![ActBlock::default(); nb];
+                quantize_act_row_scalar(&x, &mut a);
+                a
+            })
+            .collect()
+    }
+
+    /// Random bytes are valid Q4_1 / Q8_0 blocks once the f16 scales are tame:
+    /// `n` rows of `nb` blocks of `bb` bytes, the first `scales` f16 of each set.
+    pub(crate) fn blocks(rng: &mut Rng, n: usize, nb: usize, bb: usize, scales: usize) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..n * nb * bb).map(|_| rng.next() as u8).collect();
+        for blk in v.chunks_exact_mut(bb) {
+            for s in 0..scales {
+                let h = half::f16::from_f32(rng.f() * 0.1).to_le_bytes();
+                blk[2 * s..2 * s + 2].copy_from_slice(&h);
+            }
+        }
+        v
+    }
 }

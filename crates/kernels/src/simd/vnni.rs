@@ -58,13 +58,17 @@ macro_rules! vnni_kernels {
         }
 
         /// Packed Q8x8 kernel; same contract and bits as `avx2::dot_q8x8`.
-        /// `vpdpbusd` needs an unsigned operand, so it takes |w| and sign(a, w).
+        /// `vpdpbusd` needs an unsigned operand, so it takes the weights as
+        /// `w + 128` (top bit flipped, shared by the rows) and subtracts
+        /// `128 · Σ a` per block, as `avx512::dot_q8x16` does; the integer is
+        /// exactly Σ w·a.
         #[inline]
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
             use crate::pack::Q8X8_BLOCK;
             let nb = a[0].len();
             debug_assert!(grp.len() >= nb * Q8X8_BLOCK);
+            let flip = _mm256_set1_epi8(0x80u8 as i8);
             let mut acc = [_mm256_setzero_ps(); MR];
             for b in 0..nb {
                 let p = grp.as_ptr().add(b * Q8X8_BLOCK);
@@ -72,16 +76,16 @@ macro_rules! vnni_kernels {
                 let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
                 let mut isum = [_mm256_setzero_si256(); MR];
                 for j in 0..8 {
-                    let r = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
-                    let ar = _mm256_sign_epi8(r, r);
+                    let u = _mm256_xor_si256(_mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i), flip);
                     for m in 0..MR {
-                        let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
-                        isum[m] = $dp(isum[m], ar, _mm256_sign_epi8(av, r));
+                        isum[m] = $dp(isum[m], u, _mm256_set1_epi32(q[m].add(j).read_unaligned()));
                     }
                 }
                 for m in 0..MR {
-                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[m]), dd, acc[m]);
+                    let ab = a[m].get_unchecked(b);
+                    let exact = _mm256_sub_epi32(isum[m], _mm256_set1_epi32(128 * ab.sum));
+                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), dd, acc[m]);
                 }
             }
             for m in 0..MR {
@@ -105,44 +109,8 @@ pub(crate) mod evex {
 mod tests {
     use crate::pack::{pack_q4x8, pack_q8x8, Q4X8_BLOCK, Q8X8_BLOCK};
     use crate::quant::ActBlock;
+    use crate::simd::testutil::{acts, blocks, Rng};
     use crate::simd::Vnni;
-    use crate::quant::quantize_act_row_scalar;
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn f(&mut self) -> f32 {
-            (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        }
-    }
-
-    fn acts(rng: &mut Rng, rows: usize, nb: usize) -> Vec<Vec<ActBlock>> {
-        (0..rows)
-            .map(|_| {
-                let x: Vec<f32> = (0..nb * 32).map(|_| rng.f() * 4.0).collect();
-                let mut a = vec![ActBlock::default(); nb];
-                quantize_act_row_scalar(&x, &mut a);
-                a
-            })
-            .collect()
-    }
-
-    /// Random bytes are valid Q4_1 / Q8_0 blocks once the f16 scales are tame.
-    fn blocks(rng: &mut Rng, n: usize, nb: usize, bb: usize, scales: usize) -> Vec<u8> {
-        let mut v: Vec<u8> = (0..n * nb * bb).map(|_| rng.next() as u8).collect();
-        for blk in v.chunks_exact_mut(bb) {
-            for s in 0..scales {
-                let h = half::f16::from_f32(rng.f() * 0.1).to_le_bytes();
-                blk[2 * s..2 * s + 2].copy_from_slice(&h);
-            }
-        }
-        v
-    }
 
     fn check<const MR: usize>(rng: &mut Rng, kind: Vnni) {
         let nb = 5;

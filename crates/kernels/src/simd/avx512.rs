@@ -1,0 +1,194 @@
+//! 512-bit VNNI kernels for the packed layouts: two adjacent 8-column groups
+//! per call, one in each 256-bit half of a `zmm` register.
+//!
+//! The per-row work of a packed tile (an activation broadcast and a
+//! `vpdpbusd` per 4-byte word, the scale multiply, two fmas) is the part of a
+//! verify pass that grows with its width. Doing it for 16 columns per
+//! instruction halves it where the CPU has full-width 512-bit units, and
+//! costs nothing where it splits them (AMD Zen 4).
+//!
+//! Each lane computes the same integer sum and then the same float operations
+//! in the same order as the 8-column kernels (`avx2`, `vnni`) and the scalar
+//! twins in `pack`, so every column gets the same bits whichever kernel, tile
+//! or thread split computes it.
+//!
+//! Q8x8 uses unsigned weights: `vpdpbusd` multiplies unsigned by signed
+//! bytes, so the kernel feeds it `w + 128` (the stored byte with its top bit
+//! flipped, one xor per weight vector shared by the rows) and subtracts
+//! `128 · Σ a` (the activation block's `sum`) afterwards. No step overflows
+//! (a 4-product group is at most 4·255·127), so the integer is exactly Σ w·a,
+//! as in the sign-trick kernels, with one instruction per row and word
+//! instead of two.
+//!
+//! # Safety contract
+//! Every `unsafe fn` here requires AVX2, FMA, F16C, AVX512F, AVX512BW and
+//! AVX512-VNNI (the caller checks [`super::wide`]) and group slices that each
+//! hold `a[0].len()` group blocks.
+
+use std::arch::x86_64::*;
+
+use crate::pack::{Q4X8_BLOCK, Q8X8_BLOCK};
+use crate::quant::ActBlock;
+
+/// Two 16-byte halves (group 0's, group 1's) as one 256-bit vector.
+#[inline(always)]
+unsafe fn pair128(p0: *const u8, p1: *const u8) -> __m256i {
+    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(p0 as *const __m128i)), _mm_loadu_si128(p1 as *const __m128i))
+}
+
+/// Two 32-byte halves (group 0's, group 1's) as one 512-bit vector.
+#[inline(always)]
+unsafe fn pair256(p0: *const u8, p1: *const u8) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(p0 as *const __m256i)), _mm256_loadu_si256(p1 as *const __m256i))
+}
+
+/// Q4x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
+/// per lane the same operations as `vnni::dot_q4x8`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn dot_q4x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+    let nb = a[0].len();
+    debug_assert!(g0.len() >= nb * Q4X8_BLOCK && g1.len() >= nb * Q4X8_BLOCK);
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut acc = [_mm512_setzero_ps(); MR];
+    let mut summ = [_mm512_setzero_ps(); MR];
+    for b in 0..nb {
+        let p0 = g0.as_ptr().add(b * Q4X8_BLOCK);
+        let p1 = g1.as_ptr().add(b * Q4X8_BLOCK);
+        let dv = _mm512_cvtph_ps(pair128(p0, p1));
+        let mv = _mm512_cvtph_ps(pair128(p0.add(16), p1.add(16)));
+        let mut r = [_mm512_setzero_si512(); 8];
+        for j in 0..4 {
+            let pj = pair256(p0.add(32 + 32 * j), p1.add(32 + 32 * j));
+            r[j] = _mm512_and_si512(pj, m4);
+            r[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
+        }
+        for m in 0..MR {
+            let ab = a[m].get_unchecked(b);
+            let q = ab.qs.as_ptr() as *const i32;
+            let mut s0 = _mm512_setzero_si512();
+            let mut s1 = _mm512_setzero_si512();
+            for j in (0..8).step_by(2) {
+                s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
+                s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
+            }
+            let isum = _mm512_add_epi32(s0, s1);
+            let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[m]);
+            summ[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(ab.s), summ[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm512_storeu_ps(out[m].as_mut_ptr(), _mm512_add_ps(acc[m], summ[m]));
+    }
+}
+
+/// Q8x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
+/// the integer sums of `vnni::dot_q8x8` by the unsigned-weight route (see
+/// the module docs), then its float operations.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn dot_q8x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+    let nb = a[0].len();
+    debug_assert!(g0.len() >= nb * Q8X8_BLOCK && g1.len() >= nb * Q8X8_BLOCK);
+    let flip = _mm512_set1_epi8(0x80u8 as i8);
+    let mut acc = [_mm512_setzero_ps(); MR];
+    for b in 0..nb {
+        let p0 = g0.as_ptr().add(b * Q8X8_BLOCK);
+        let p1 = g1.as_ptr().add(b * Q8X8_BLOCK);
+        let dv = _mm512_cvtph_ps(pair128(p0, p1));
+        let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+        let mut isum = [_mm512_setzero_si512(); MR];
+        for j in 0..8 {
+            let u = _mm512_xor_si512(pair256(p0.add(16 + 32 * j), p1.add(16 + 32 * j)), flip);
+            for m in 0..MR {
+                isum[m] = _mm512_dpbusd_epi32(isum[m], u, _mm512_set1_epi32(q[m].add(j).read_unaligned()));
+            }
+        }
+        for m in 0..MR {
+            let ab = a[m].get_unchecked(b);
+            let exact = _mm512_sub_epi32(isum[m], _mm512_set1_epi32(128 * ab.sum));
+            let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), dd, acc[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm512_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pack::{pack_q4x8, pack_q8x8};
+    use crate::simd::testutil::{acts, blocks, Rng};
+
+    fn check<const MR: usize>(rng: &mut Rng) {
+        let nb = 5;
+        let a = acts(rng, MR, nb);
+        let ar: [&[ActBlock]; MR] = std::array::from_fn(|i| a[i].as_slice());
+        let q4 = pack_q4x8(tandem_gguf::GgmlType::Q4_1, 16, nb * 32, &blocks(rng, 16, nb, 20, 2)).unwrap();
+        let q8 = pack_q8x8(16, nb * 32, &blocks(rng, 16, nb, 34, 1)).unwrap();
+        let (h4, h8) = (nb * Q4X8_BLOCK, nb * Q8X8_BLOCK);
+        let mut x = [[0f32; 16]; MR];
+        // SAFETY: features checked by the caller; each group slice holds nb blocks.
+        unsafe { dot_q4x16::<MR>(&q4[..h4], &q4[h4..], ar, &mut x) };
+        for m in 0..MR {
+            for c in 0..16 {
+                let want = crate::pack::dot_q4x8_scalar(&q4, nb * 32, c, &a[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q4x16 MR={MR} row {m} col {c}");
+            }
+        }
+        unsafe { dot_q8x16::<MR>(&q8[..h8], &q8[h8..], ar, &mut x) };
+        for m in 0..MR {
+            for c in 0..16 {
+                let want = crate::pack::dot_q8x8_scalar(&q8, nb * 32, c, &a[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q8x16 MR={MR} row {m} col {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn wide_kernels_equal_the_scalar_twins() {
+        if !crate::simd::wide_available() {
+            eprintln!("skipped: no AVX512F/BW/VNNI on this CPU");
+            return;
+        }
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for _ in 0..50 {
+            check::<1>(&mut rng);
+            check::<2>(&mut rng);
+            check::<3>(&mut rng);
+            check::<4>(&mut rng);
+            check::<5>(&mut rng);
+            check::<6>(&mut rng);
+        }
+    }
+
+    /// Weight bytes of −128 and activations of ±127 (the extremes the
+    /// unsigned route must carry without overflow).
+    #[test]
+    fn wide_q8_kernel_is_exact_at_the_extremes() {
+        if !crate::simd::wide_available() {
+            return;
+        }
+        let nb = 3;
+        let mut raw = Vec::new();
+        for r in 0..16 {
+            for _ in 0..nb {
+                raw.extend_from_slice(&half::f16::from_f32(0.01 * (r + 1) as f32).to_le_bytes());
+                raw.extend((0..32).map(|e| if (e + r) % 3 == 0 { 0x80u8 } else { 127 }));
+            }
+        }
+        let q8 = pack_q8x8(16, nb * 32, &raw).unwrap();
+        let x: Vec<f32> = (0..nb * 32).map(|e| if e % 2 == 0 { 1.0 } else { -1.0 }).collect();
+        let mut a = vec![ActBlock::default(); nb];
+        crate::quant::quantize_act_row_scalar(&x, &mut a);
+        let mut out = [[0f32; 16]; 1];
+        let h8 = nb * Q8X8_BLOCK;
+        unsafe { dot_q8x16::<1>(&q8[..h8], &q8[h8..], [&a], &mut out) };
+        for c in 0..16 {
+            assert_eq!(out[0][c].to_bits(), crate::pack::dot_q8x8_scalar(&q8, nb * 32, c, &a).to_bits(), "col {c}");
+        }
+    }
+}
