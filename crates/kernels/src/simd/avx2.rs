@@ -289,6 +289,21 @@ pub(crate) unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// How many cached rows ahead the attention kernels prefetch. The key and
+/// value rows of a layer were written a step ago and have since been pushed
+/// out by the weights, so without a hint every head row (256 bytes at stride
+/// `kv_dim`) waits on L3 or memory.
+const PREFETCH_ROWS: usize = 12;
+
+/// Prefetch the four cache lines of a 64-float head row. A hint only: it
+/// cannot fault, so `p` may point past the end of the cache.
+#[inline(always)]
+unsafe fn prefetch_head(p: *const f32) {
+    for l in 0..4 {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * l) as *const i8);
+    }
+}
+
 /// `ops::dot_rows`: a [`dot_f32`] per row (same lanes, same horizontal sum),
 /// with a 64-wide query (the usual head size) held in registers.
 ///
@@ -307,6 +322,9 @@ pub(crate) unsafe fn dot_rows(q: &[f32], rows: &[f32], stride: usize, offset: us
         let sv = _mm_set1_ps(scale);
         for g in 0..quads {
             let r: [*const f32; 4] = std::array::from_fn(|i| base.add((4 * g + i) * stride));
+            for i in 0..4 {
+                prefetch_head(base.wrapping_add((4 * g + i + PREFETCH_ROWS) * stride));
+            }
             let mut acc = [_mm256_setzero_ps(); 4];
             for (c, qc) in qv.iter().enumerate() {
                 for i in 0..4 {
@@ -345,6 +363,7 @@ pub(crate) unsafe fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: u
         let mut acc: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(y.as_ptr().add(8 * c)));
         for (j, &pj) in p.iter().enumerate() {
             let r = base.add(j * stride);
+            prefetch_head(base.wrapping_add((j + PREFETCH_ROWS) * stride));
             let pv = _mm256_set1_ps(pj);
             for (c, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r.add(8 * c)), *a);
