@@ -11,6 +11,7 @@ use tandem_train::mtp::TrainConfig;
 use crate::args::{ModelArgs, TrainCmd, TrainDsparkArgs, TrainMtpArgs};
 
 pub fn run(cmd: TrainCmd) -> Result<()> {
+    tandem_train::runtime::tune_for_training();
     match cmd {
         TrainCmd::Mtp(a) => mtp(&a),
         TrainCmd::Dspark(a) => dspark(&a),

@@ -8,3 +8,4 @@ pub mod data;
 pub mod dspark;
 pub mod mtp;
 mod nn;
+pub mod runtime;
