@@ -28,6 +28,8 @@
 //! confidence); a hint outside the draft vocabulary is an extra column, a
 //! label equal to it is trained on that column, and `p_t` covers it too.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -976,6 +978,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     let train_positions: usize = train_ids.iter().map(|&i| data.seqs[i].tokens.len()).sum();
     let mut order: Vec<usize> = Vec::new();
     let mut ema = f64::NAN;
+    let mut unsure: HashMap<usize, Vec<f32>> = HashMap::new();
     let tt = Instant::now();
     for step in 0..total {
         let lr = if step < warm {
@@ -1007,10 +1010,15 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             if hard > 0 {
                 // weighted draws without replacement: the `hard` largest keys
                 // u^(1/w) (Efraimidis–Spirakis) go first
-                let w = net.unsure(&s.hidden[(lo - 1) * d..(s.tokens.len() - 1) * d], &dev)?;
+                // a pure function of the sequence (the target's frozen head):
+                // computed at its first draw, reused at the next epochs'
+                let w = match unsure.entry(si) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => e.insert(net.unsure(&s.hidden[(lo - 1) * d..(s.tokens.len() - 1) * d], &dev)?),
+                };
                 let mut keyed: Vec<(f64, usize)> = cand
                     .iter()
-                    .zip(&w)
+                    .zip(w.iter())
                     .map(|(&a, &wi)| ((rng.f32().max(f32::MIN_POSITIVE) as f64).powf(1.0 / (wi as f64).max(1e-6)), a))
                     .collect();
                 keyed.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
