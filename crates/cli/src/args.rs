@@ -25,6 +25,11 @@ pub enum Cmd {
         /// Print whole arrays instead of the first items.
         #[arg(long)]
         all: bool,
+        /// Instead, check that OTHER holds the same tensors (names, types,
+        /// shapes, bytes) as FILE, metadata aside: how a reproduced support
+        /// model is checked. Exits with an error when they differ.
+        #[arg(long, value_name = "OTHER")]
+        same_tensors: Option<PathBuf>,
     },
     /// Measure prefill and decode throughput at context frontiers (CSV on stdout).
     Bench(BenchArgs),

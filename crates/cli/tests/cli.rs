@@ -85,6 +85,18 @@ fn inspect_prints_metadata_and_tensors() {
 }
 
 #[test]
+fn inspect_same_tensors_ignores_metadata() {
+    let mtp = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-mtp.gguf");
+    let dspark = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-dspark.gguf");
+    let (out, _) = run_ok(&["inspect", mtp.to_str().unwrap(), "--same-tensors", mtp.to_str().unwrap()]);
+    assert!(out.contains("the same"), "{out}");
+    let out = tandem().args(["inspect", mtp.to_str().unwrap(), "--same-tensors", dspark.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("tensors differ"), "{err}");
+}
+
+#[test]
 fn bad_model_files_give_clear_errors() {
     let dir = std::env::temp_dir().join(format!("tandem-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

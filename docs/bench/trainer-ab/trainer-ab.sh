@@ -13,5 +13,5 @@ for v in nomemo memo; do
   /usr/bin/time -f "%e s %U user %S sys" -o $out/hard-$v.time $b $common --steps 40 --batch 16 --anchors 4 --hard-anchors 0.5 --out $out/hard-$v.gguf > $out/hard-$v.log 2>&1
 done
 for f in $out/*.log; do echo "$(basename $f .log): $(grep -o 'step [0-9]*/[0-9]*, loss [0-9.]*, lr [^,]*, [0-9]* s' $f | tail -1) | $(cat ${f%.log}.time)"; done
-python3 scripts/gguf-same-tensors.py $out/old-1.gguf $out/old-2.gguf $out/new-1.gguf $out/new-2.gguf
-python3 scripts/gguf-same-tensors.py $out/hard-nomemo.gguf $out/hard-memo.gguf
+for f in old-2 new-1 new-2; do target/release/tandem inspect $out/old-1.gguf --same-tensors $out/$f.gguf; done
+target/release/tandem inspect $out/hard-nomemo.gguf --same-tensors $out/hard-memo.gguf
