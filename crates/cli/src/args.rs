@@ -124,6 +124,11 @@ pub struct TrainDsparkArgs {
     /// of total variation.
     #[arg(long)]
     pub soft_ce: bool,
+    /// Compute the loss's distribution terms (cross-entropy, TV or soft
+    /// cross-entropy, the confidence label) in one fused pass per row
+    /// instead of candle's element-wise ops: faster, not the same bits.
+    #[arg(long)]
+    pub fused_loss: bool,
     /// Share of each sequence's anchors drawn with weight 1 − p (p: the
     /// target's probability of its own greedy token at the position before
     /// the anchor), the rest uniformly: decoding starts its cycles after

@@ -180,6 +180,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
         anchors: a.anchors,
         ce_weight: a.ce_weight,
         soft_ce: a.soft_ce,
+        fused_loss: a.fused_loss,
         hard_anchors: a.hard_anchors,
         seqs_per_step: a.batch,
         steps: a.steps,

@@ -75,6 +75,10 @@ pub struct DSparkTrainConfig {
     /// total variation (TV matches sampled acceptance; greedy acceptance
     /// needs the top token right, which the cross-entropies aim at).
     pub soft_ce: bool,
+    /// Compute the distribution terms with the fused op of
+    /// [`crate::dist_loss`] instead of candle's element-wise ops (faster; not
+    /// the same bits as a run without it).
+    pub fused_loss: bool,
     /// Share of each sequence's anchors drawn with weight `1 − p`, `p` the
     /// target's probability (over the draft vocabulary) of the anchor's
     /// token at the position before it; the rest uniformly. Decoding starts
@@ -684,13 +688,11 @@ impl DSparkNet {
     }
 
     /// Summed loss over the valid slots and their count.
-    pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, dev: &Device) -> Result<(Tensor, usize)> {
+    pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize)> {
         let bs = self.cfg.block_size;
         let n = t.labels.len();
         let (_, logits, z) = self.forward(b, dev)?;
         let pt = self.target_probs(&t.h_last, b, n, dev)?;
-        let lsm = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-        let pd = lsm.exp()?;
         let (mut cew, mut tvw, mut val, mut lab) = (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0u32; n]);
         let mut count = 0;
         for r in 0..n {
@@ -707,9 +709,19 @@ impl DSparkNet {
             }
         }
         let tv = |v: Vec<f32>| Tensor::from_vec(v, n, dev);
-        let ce = lsm.gather(&Tensor::from_vec(lab, (n, 1), dev)?, 1)?.squeeze(1)?.neg()?;
-        let tvd = if soft_ce { (&pt * &lsm)?.sum(1)?.neg()? } else { ((&pd - &pt)?.abs()?.sum(1)? * 0.5)? };
-        let soft = pd.minimum(&pt)?.sum(1)?.detach();
+        let (ce, tvd, soft) = if fused {
+            // labels of slots outside the supervision (weight 0) are dropped
+            let lab: Vec<u32> = lab.iter().zip(&cew).map(|(&l, &w)| if w > 0.0 { l } else { u32::MAX }).collect();
+            let terms = crate::dist_loss::dist_terms(&logits, &pt, &lab, soft_ce)?;
+            let col = |i: usize| terms.narrow(1, i, 1)?.squeeze(1);
+            (col(0)?, col(1)?, col(2)?.detach())
+        } else {
+            let lsm = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+            let pd = lsm.exp()?;
+            let ce = lsm.gather(&Tensor::from_vec(lab, (n, 1), dev)?, 1)?.squeeze(1)?.neg()?;
+            let tvd = if soft_ce { (&pt * &lsm)?.sum(1)?.neg()? } else { ((&pd - &pt)?.abs()?.sum(1)? * 0.5)? };
+            (ce, tvd, pd.minimum(&pt)?.sum(1)?.detach())
+        };
         let softplus = (z.relu()? + (z.abs()?.neg()?.exp()? + 1.0)?.log()?)?;
         let bce = (softplus - (soft * &z)?)?;
         let total = ((ce * tv(cew)?)? + (tvd * tv(tvw)?)? + (bce * tv(val)?)?)?.sum_all()?;
@@ -1031,7 +1043,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             cand.truncate(k);
             cand.sort_unstable();
             let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
-            let (ls, c) = net.loss(&b, &t, tc.ce_weight, tc.soft_ce, &dev)?;
+            let (ls, c) = net.loss(&b, &t, tc.ce_weight, tc.soft_ce, tc.fused_loss, &dev)?;
             count += c;
             loss = Some(match loss {
                 None => ls,

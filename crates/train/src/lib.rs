@@ -5,6 +5,7 @@
 
 pub mod corpus;
 pub mod data;
+pub mod dist_loss;
 pub mod dspark;
 pub mod mtp;
 mod nn;
