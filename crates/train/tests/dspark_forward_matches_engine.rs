@@ -189,6 +189,35 @@ fn check(hints: bool) {
         let c = 1.0 / (1.0 + (-cz[i]).exp());
         assert!((c - eng_conf[i]).abs() < 1e-4, "slot {i}: confidence engine {} candle {c}", eng_conf[i]);
     }
+    // the fused loss (`--fused-loss`) gives the candle loss and gradients:
+    // labels inside and outside the draft vocabulary, an unlabelled slot,
+    // slots past the sequence's end
+    let mut labels: Vec<u32> = (0..8u32).map(|r| (r * 5 + 1) % vd as u32).collect();
+    labels[3] = u32::MAX;
+    if hints {
+        labels[2] = vd as u32; // slot 2's hint is outside the draft vocabulary: its own column
+    }
+    let valid = vec![true, true, true, true, true, true, false, false];
+    let h_last: Vec<f32> = (0..8 * d).map(|_| 3.0 * r.next()).collect();
+    let t = tandem_train::dspark::Targets { labels, valid, h_last };
+    for soft_ce in [false, true] {
+        let run = |fused: bool| {
+            let (loss, count) = net.loss(&b, &t, 0.1, soft_ce, fused, &dev).unwrap();
+            let grads = loss.backward().unwrap();
+            let g: Vec<Vec<f32>> = net.vars().iter().map(|v| grads.get(v.as_tensor()).map(|g| g.flatten_all().unwrap().to_vec1().unwrap()).unwrap_or_default()).collect();
+            (loss.to_scalar::<f32>().unwrap(), count, g)
+        };
+        let (lc, nc, gc) = run(false);
+        let (lf, nf, gf) = run(true);
+        assert_eq!(nc, nf);
+        assert!((lc - lf).abs() <= 1e-5 * lc.abs().max(1.0), "soft_ce {soft_ce}: loss candle {lc}, fused {lf}");
+        for (i, (a, b)) in gc.iter().zip(&gf).enumerate() {
+            assert_eq!(a.len(), b.len(), "var {i}: gradient presence");
+            cmp(&format!("soft_ce {soft_ce}: gradient of var {i}"), b, a);
+        }
+        assert!(gc.iter().any(|g| g.iter().any(|v| *v != 0.0)), "some gradient is non-zero");
+    }
+
     // the markov term matters (not a vacuous comparison)
     let plain: Vec<f32> = base[..vd].to_vec();
     assert!(plain.iter().zip(&eng_logits[0]).any(|(x, y)| (x - y).abs() > 1e-3));
