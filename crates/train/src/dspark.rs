@@ -626,13 +626,9 @@ impl DSparkNet {
         let ew = Tensor::cat(&[e.detach(), w.detach()], 1)?;
         let mut z = linear(&ew, self.conf_w.as_tensor())?.squeeze(1)?.broadcast_add(self.conf_b.as_tensor())?;
         if let Some((cb, cc)) = &self.copy {
-            // one-hot of each slot's hinted row, scaled by the bias of its suffix length
-            let vd = c.draft_vocab;
-            let (mut onehot, mut has, mut len) = (vec![0f32; n * vd], vec![0f32; n], vec![0u32; n]);
+            // each slot's hinted row gets the bias of its suffix length
+            let (mut has, mut len) = (vec![0f32; n], vec![0u32; n]);
             for r in 0..n {
-                if b.hint_row[r] != u32::MAX {
-                    onehot[r * vd + b.hint_row[r] as usize] = 1.0;
-                }
                 if b.hint_row[r] != u32::MAX || b.hint_oov[r] > 0.0 {
                     has[r] = 1.0;
                     len[r] = b.hint_len[r] - 1;
@@ -641,8 +637,7 @@ impl DSparkNet {
             let len = Tensor::from_vec(len, n, dev)?;
             let has = Tensor::from_vec(has, n, dev)?;
             let bias = cb.as_tensor().index_select(&len, 0)?;
-            let onehot = Tensor::from_vec(onehot, (n, vd), dev)?;
-            logits = (logits + onehot.broadcast_mul(&bias.unsqueeze(1)?)?)?;
+            logits = crate::column_add::column_add(&logits, &bias, &b.hint_row)?;
             // a hint outside the draft vocabulary: its own column (−1e9 where there is none)
             let ho = Tensor::from_slice(&b.hint_out, (n, c.d_model), dev)?;
             let oov = Tensor::from_slice(&b.hint_oov, n, dev)?;

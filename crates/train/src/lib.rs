@@ -3,6 +3,7 @@
 //! trained with candle ([`mtp`]) and exported as a support GGUF that the
 //! engine loads with `--mtp`.
 
+pub mod column_add;
 pub mod corpus;
 pub mod data;
 pub mod dist_loss;
