@@ -182,13 +182,15 @@ pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// In-place softmax of one row.
-pub fn softmax_inplace(x: &mut [f32]) {
+/// In-place softmax of one row; returns the row's max and `Σ exp(x − max)`
+/// (for a log-sum-exp).
+pub fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
     let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     exp_sub_inplace(x, mx);
     let s = sum_f32(x);
     let inv = 1.0 / s;
     x.iter_mut().for_each(|v| *v *= inv);
+    (mx, s)
 }
 
 /// cos/sin of RoPE angles for one position: `cs[i] = (cos θ_i, sin θ_i)`,

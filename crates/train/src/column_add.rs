@@ -19,16 +19,6 @@ struct ColumnAdd {
     cols: Vec<u32>,
 }
 
-fn f32s<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
-    let CpuStorage::F32(data) = s else {
-        candle_core::bail!("column_add: {what} must be f32");
-    };
-    let Some((a, b)) = l.contiguous_offsets() else {
-        candle_core::bail!("column_add: {what} must be contiguous");
-    };
-    Ok(&data[a..b])
-}
-
 impl CustomOp2 for ColumnAdd {
     fn name(&self) -> &'static str {
         "column-add"
@@ -40,7 +30,7 @@ impl CustomOp2 for ColumnAdd {
         if nb != n || self.cols.len() != n {
             candle_core::bail!("column_add: {n}×{v} matrix, {nb} biases, {} columns", self.cols.len());
         }
-        let (x, b) = (f32s(s1, l1, "matrix")?, f32s(s2, l2, "bias")?);
+        let (x, b) = (crate::nn::contiguous_f32(s1, l1, "column_add: matrix")?, crate::nn::contiguous_f32(s2, l2, "column_add: bias")?);
         let mut out = x.to_vec();
         for (r, &c) in self.cols.iter().enumerate() {
             if c != u32::MAX {

@@ -35,16 +35,10 @@ struct DistTerms {
     soft_ce: bool,
 }
 
-/// Borrow a contiguous f32 `n × v` matrix out of a storage.
+/// A contiguous f32 `n × v` matrix out of a storage.
 fn matrix<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<(&'a [f32], usize, usize)> {
-    let CpuStorage::F32(data) = s else {
-        candle_core::bail!("{what}: f32 expected");
-    };
     let (n, v) = l.shape().dims2()?;
-    let Some((start, end)) = l.contiguous_offsets() else {
-        candle_core::bail!("{what}: contiguous matrix expected");
-    };
-    Ok((&data[start..end], n, v))
+    Ok((crate::nn::contiguous_f32(s, l, what)?, n, v))
 }
 
 /// Rows of `out` (each `width` wide) split over the threads candle uses; `f`
@@ -68,12 +62,8 @@ fn par_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync)
 
 /// `p = softmax(l)` into `p`; returns `log Σ exp(l − max)` and the max.
 fn softmax_row(l: &[f32], p: &mut [f32]) -> (f32, f32) {
-    let mx = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     p.copy_from_slice(l);
-    tandem_kernels::ops::exp_sub_inplace(p, mx);
-    let s = tandem_kernels::ops::sum_f32(p);
-    let inv = 1.0 / s;
-    p.iter_mut().for_each(|x| *x *= inv);
+    let (mx, s) = tandem_kernels::ops::softmax_inplace(p);
     (s.ln(), mx)
 }
 

@@ -13,6 +13,18 @@ pub(crate) fn rmsnorm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<T
     x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)
 }
 
+/// The f32 values of a contiguous tensor's storage, as a custom op's
+/// `cpu_fwd` receives it (an error for other dtypes or strided layouts).
+pub(crate) fn contiguous_f32<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::Layout, what: &str) -> candle_core::Result<&'a [f32]> {
+    let candle_core::CpuStorage::F32(data) = s else {
+        candle_core::bail!("{what}: f32 expected");
+    };
+    let Some((start, end)) = l.contiguous_offsets() else {
+        candle_core::bail!("{what}: contiguous tensor expected");
+    };
+    Ok(&data[start..end])
+}
+
 /// `x · wᵀ` for a weight stored `[out][in]`.
 pub(crate) fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     x.matmul(&w.t()?)
