@@ -449,6 +449,13 @@ pub struct BenchArgs {
     /// Output directory for --prompts results (CSV and SVG).
     #[arg(long, default_value = "bench-out")]
     pub out_dir: PathBuf,
+    /// --prompts mode: run the whole prompt set this many times in one
+    /// process and report each round's speedup, their median and spread,
+    /// and all rounds pooled (each round's files go to OUT_DIR/round-N/).
+    /// The machine's speed drifts between runs by more than many changes
+    /// under test; one round's ratio is one sample.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     #[command(flatten)]
     pub spec: SpecArgs,
 }

@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tandem_engine::bench::{batch_costs, bench_frontier, BenchRow};
 use tandem_engine::fetch::DEFAULT_MODEL;
 use tandem_engine::perplexity::perplexity;
-use tandem_engine::prompts::{load_prompts, run_prompt_bench};
+use tandem_engine::prompts::{load_prompts, run_prompt_bench, PromptBenchReport, RoundsReport};
 
 use crate::args::{BenchArgs, PerplexityArgs};
 
@@ -62,38 +62,103 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
     if !opts.enabled() {
         eprintln!("no drafter (--lookup, --draft-model or --mtp): measuring plain decoding only");
     }
-    eprintln!("{} prompts from {}, {} tokens each, greedy", prompts.len(), path.display(), a.n_predict);
-    let pb = ProgressBar::new(prompts.len() as u64);
-    pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} prompts {msg} [{elapsed_precise}<{eta_precise}]").unwrap());
-    let report = run_prompt_bench(&engine, &prompts, a.n_predict, &opts, None, |i, _, r| {
-        pb.set_position(i as u64 + 1);
-        let spd = r.speedup.map(|x| format!(" {x:.2}x")).unwrap_or_default();
-        pb.set_message(format!("{}{spd}", r.id));
-        if r.identical == Some(false) {
-            pb.suspend(|| eprintln!("MISMATCH: prompt {} speculative output differs from plain at token {}", r.id, r.first_mismatch.unwrap_or(0)));
+    let rounds = a.rounds as usize;
+    eprintln!(
+        "{} prompts from {}, {} tokens each, greedy{}",
+        prompts.len(),
+        path.display(),
+        a.n_predict,
+        if rounds > 1 { format!(", {rounds} rounds") } else { String::new() }
+    );
+    let mut reports = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let pb = ProgressBar::new(prompts.len() as u64);
+        pb.set_style(ProgressStyle::with_template("{prefix}{bar:30} {pos}/{len} prompts {msg} [{elapsed_precise}<{eta_precise}]").unwrap());
+        if rounds > 1 {
+            pb.set_prefix(format!("round {}/{rounds} ", round + 1));
         }
-    })?;
-    pb.finish_and_clear();
+        let report = run_prompt_bench(&engine, &prompts, a.n_predict, &opts, None, round, |i, _, r| {
+            pb.set_position(i as u64 + 1);
+            let spd = r.speedup.map(|x| format!(" {x:.2}x")).unwrap_or_default();
+            pb.set_message(format!("{}{spd}", r.id));
+            if r.identical == Some(false) {
+                pb.suspend(|| eprintln!("MISMATCH: prompt {} speculative output differs from plain at token {}", r.id, r.first_mismatch.unwrap_or(0)));
+            }
+        })?;
+        pb.finish_and_clear();
+        let dir = if rounds > 1 { a.out_dir.join(format!("round-{}", round + 1)) } else { a.out_dir.clone() };
+        let (written, json) = write_round(&report, &dir, &model, path, &engine)?;
+        if rounds > 1 {
+            eprintln!("round {}/{rounds}: {}", round + 1, report.overall_line());
+            eprintln!("wrote {}", written.join(", "));
+        } else {
+            let drafter = report.drafter.clone().unwrap_or_else(|| "none".into());
+            if a.json {
+                eprint!("{}", report.table());
+                println!("{json}");
+            } else {
+                println!("model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}\n", report.threads, report.n_predict, report.ctx);
+                print!("{}", report.table());
+            }
+            if let Some(st) = &report.spec_stats {
+                eprintln!("{}", st.report());
+            }
+            eprintln!("wrote {}", written.join(", "));
+        }
+        reports.push(report);
+    }
+    let all = RoundsReport::new(reports);
+    if rounds > 1 {
+        let r0 = &all.rounds[0];
+        let drafter = r0.drafter.clone().unwrap_or_else(|| "none".into());
+        let json_path = a.out_dir.join("rounds.json");
+        let json = serde_json::to_string_pretty(&serde_json::json!({ "model": model, "prompts_file": path, "rounds": all }))?;
+        std::fs::write(&json_path, &json).with_context(|| format!("writing {}", json_path.display()))?;
+        if a.json {
+            eprint!("{}", all.table());
+            println!("{json}");
+        } else {
+            println!("model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}, {rounds} rounds\n", r0.threads, r0.n_predict, r0.ctx);
+            print!("{}", all.table());
+        }
+        if let Some(st) = all.spec_stats() {
+            eprintln!("all rounds: {}", st.report());
+        }
+        eprintln!("wrote {}", json_path.display());
+    }
+    let bad = all.mismatches();
+    if !bad.is_empty() {
+        let ids: Vec<String> = bad.iter().map(|r| format!("{}@{}", r.id, r.first_mismatch.unwrap_or(0))).collect();
+        let total: usize = all.rounds.iter().map(|r| r.rows.len()).sum();
+        let msg = format!("!!! EXACTNESS FAILURE: speculative output differs from plain on {}/{} prompts: {} !!!", bad.len(), total, ids.join(" "));
+        println!("{msg}");
+        anyhow::bail!("{msg}");
+    }
+    Ok(())
+}
 
-    std::fs::create_dir_all(&a.out_dir).with_context(|| format!("creating {}", a.out_dir.display()))?;
-    let csv_path = a.out_dir.join("prompts.csv");
+/// One round's files: prompts.csv, the two SVG charts and prompts.json
+/// (whose text is returned with the paths written).
+fn write_round(report: &PromptBenchReport, dir: &Path, model: &str, prompts_file: &Path, engine: &tandem_engine::Engine) -> Result<(Vec<String>, String)> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let csv_path = dir.join("prompts.csv");
     std::fs::write(&csv_path, report.csv()).with_context(|| format!("writing {}", csv_path.display()))?;
     let mut written = vec![csv_path];
-    if let Some(svg) = report.svg(&model) {
-        let svg_path = a.out_dir.join("speedup.svg");
+    if let Some(svg) = report.svg(model) {
+        let svg_path = dir.join("speedup.svg");
         std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
         written.push(svg_path);
     }
-    if let Some(svg) = report.acceptance_svg(&model) {
-        let svg_path = a.out_dir.join("acceptance.svg");
+    if let Some(svg) = report.acceptance_svg(model) {
+        let svg_path = dir.join("acceptance.svg");
         std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
         written.push(svg_path);
     }
-    let json_path = a.out_dir.join("prompts.json");
+    let json_path = dir.join("prompts.json");
     let summary = serde_json::json!({
         "model": model,
         "arch": engine.model.cfg.arch,
-        "prompts_file": path,
+        "prompts_file": prompts_file,
         "simd": format!("{:?}", tandem_kernels::simd_level()),
         "vnni": tandem_kernels::vnni(),
         "wide512": tandem_kernels::wide(),
@@ -102,32 +167,7 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
     let json = serde_json::to_string_pretty(&summary)?;
     std::fs::write(&json_path, &json).with_context(|| format!("writing {}", json_path.display()))?;
     written.push(json_path);
-
-    let drafter = report.drafter.clone().unwrap_or_else(|| "none".into());
-    if a.json {
-        eprint!("{}", report.table());
-        println!("{json}");
-    } else {
-        println!("model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}\n", report.threads, report.n_predict, report.ctx);
-        print!("{}", report.table());
-    }
-    if let Some(st) = &report.spec_stats {
-        eprintln!("{}", st.report());
-    }
-    eprintln!("wrote {}", written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
-    let bad = report.mismatches();
-    if !bad.is_empty() {
-        let ids: Vec<String> = bad.iter().map(|r| format!("{}@{}", r.id, r.first_mismatch.unwrap_or(0))).collect();
-        let msg = format!(
-            "!!! EXACTNESS FAILURE: speculative output differs from plain on {}/{} prompts: {} !!!",
-            bad.len(),
-            report.rows.len(),
-            ids.join(" ")
-        );
-        println!("{msg}");
-        anyhow::bail!("{msg}");
-    }
-    Ok(())
+    Ok((written.iter().map(|p| p.display().to_string()).collect(), json))
 }
 
 pub fn perplexity_cmd(a: &PerplexityArgs) -> Result<()> {

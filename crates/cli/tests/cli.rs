@@ -188,3 +188,45 @@ fn bad_mtp_file_falls_back_to_plain_decoding() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot read support file"));
 }
+
+/// `bench --prompts F --rounds 2`: each round's files in its own folder, one
+/// line per round, the median and the pooled table; outputs identical.
+#[test]
+fn bench_rounds_report_median_and_pooled_table() {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-rounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"id\": \"r1\", \"category\": \"copy\", \"user\": \"Repeat exactly: one two three, one two three.\"}\n\
+         {\"id\": \"r2\", \"category\": \"list\", \"user\": \"Name four colors.\"}\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let (out, err) = run_ok(&[
+        "bench",
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "-n",
+        "16",
+        "--lookup",
+        "--rounds",
+        "2",
+        "--out-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.contains("2 rounds"), "{out}");
+    assert!(out.contains("all rounds together:"), "{out}");
+    assert!(out.contains("rounds: 2, speedup median"), "{out}");
+    assert!(out.contains("identical 4/4"), "{out}");
+    assert!(err.contains("round 1/2: overall:") && err.contains("round 2/2: overall:"), "{err}");
+    for r in ["round-1", "round-2"] {
+        assert!(out_dir.join(r).join("prompts.csv").is_file(), "{r}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("rounds.json")).unwrap()).unwrap();
+    assert_eq!(json["rounds"]["speedups"].as_array().map(|a| a.len()), Some(2));
+    // a round count of 0 is refused by the argument parser
+    let bad = tandem().args(["bench", "--prompts", prompts.to_str().unwrap(), "--rounds", "0"]).output().unwrap();
+    assert!(!bad.status.success());
+    std::fs::remove_dir_all(&dir).ok();
+}

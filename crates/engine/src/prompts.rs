@@ -270,29 +270,170 @@ impl PromptBenchReport {
             );
         }
         let _ = writeln!(s);
+        s.push_str(&summary_table(&self.categories, &self.overall, cw));
+        let _ = writeln!(s);
+        s.push_str(&self.overall_line());
+        s.push('\n');
+        s
+    }
+}
+
+fn opt_f(v: Option<f64>, w: usize, d: usize) -> String {
+    match v {
+        Some(x) => format!("{x:>w$.d$}"),
+        None => format!("{:>w$}", "-"),
+    }
+}
+
+/// The per-category table (categories, then `overall`); `cw`: width of the
+/// category column.
+fn summary_table(categories: &[Summary], overall: &Summary, cw: usize) -> String {
+    let f = opt_f;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<cw$} {:>3} {:>7} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>5}",
+        "category", "n", "tokens", "plain t/s", "spec t/s", "speedup", "mean spd", "acc%", "commit", "same"
+    );
+    for c in categories.iter().chain(std::iter::once(overall)) {
         let _ = writeln!(
             s,
-            "{:<cw$} {:>3} {:>7} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>5}",
-            "category", "n", "tokens", "plain t/s", "spec t/s", "speedup", "mean spd", "acc%", "commit", "same"
+            "{:<cw$} {:>3} {:>7} {:>9.2} {} {} {} {} {} {:>5}",
+            c.category,
+            c.prompts,
+            c.plain_tokens,
+            c.plain_tps,
+            f(c.spec_tps, 9, 2),
+            f(c.speedup, 6, 3) + if c.speedup.is_some() { "×" } else { " " },
+            f(c.mean_speedup, 7, 3) + if c.mean_speedup.is_some() { "×" } else { " " },
+            f(c.acceptance.map(|a| 100.0 * a), 6, 1),
+            f(c.mean_committed, 6, 2),
+            c.identical.map(|n| format!("{n}/{}", c.prompts)).unwrap_or_else(|| "-".into())
         );
-        for c in self.categories.iter().chain(std::iter::once(&self.overall)) {
+    }
+    s
+}
+
+/// Median of `xs` (the mean of the middle two for an even count); None when
+/// empty.
+pub fn median(xs: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) })
+}
+
+/// Several rounds of the same prompt bench in one process (`tandem bench
+/// --prompts F --rounds N`). On this shared machine plain decoding drifts
+/// between runs by more than the changes under test (145 to 268 tok/s in
+/// BENCHMARKS.md §7k), and the speculative ratio drifts with it: one round's
+/// ratio is one sample. The rounds give its spread and its median.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundsReport {
+    pub rounds: Vec<PromptBenchReport>,
+    /// All rounds' prompts together, per category and overall (tok/s of the
+    /// summed tokens and decode times).
+    pub categories: Vec<Summary>,
+    pub overall: Summary,
+    /// Each round's overall speedup, in round order.
+    pub speedups: Vec<f64>,
+    /// Median of `speedups`.
+    pub median_speedup: Option<f64>,
+    /// Per category, the median over the rounds of that round's category
+    /// speedup (categories in order of first appearance).
+    pub category_median_speedups: Vec<(String, f64)>,
+}
+
+impl RoundsReport {
+    pub fn new(rounds: Vec<PromptBenchReport>) -> Self {
+        let (categories, overall) = summaries(rounds.iter().flat_map(|r| r.rows.iter()));
+        let speedups: Vec<f64> = rounds.iter().filter_map(|r| r.overall.speedup).collect();
+        let median_speedup = median(&speedups);
+        let category_median_speedups = categories
+            .iter()
+            .filter_map(|c| {
+                let per_round: Vec<f64> = rounds
+                    .iter()
+                    .filter_map(|r| r.categories.iter().find(|rc| rc.category == c.category).and_then(|rc| rc.speedup))
+                    .collect();
+                median(&per_round).map(|m| (c.category.clone(), m))
+            })
+            .collect();
+        RoundsReport { rounds, categories, overall, speedups, median_speedup, category_median_speedups }
+    }
+
+    /// Speculative statistics of all rounds merged.
+    pub fn spec_stats(&self) -> Option<SpecStats> {
+        let mut out: Option<SpecStats> = None;
+        for st in self.rounds.iter().filter_map(|r| r.spec_stats.as_ref()) {
+            out.get_or_insert_with(SpecStats::default).merge(st);
+        }
+        out
+    }
+
+    /// Prompts (of any round) whose speculative output differed from plain.
+    pub fn mismatches(&self) -> Vec<&PromptRow> {
+        self.rounds.iter().flat_map(|r| r.mismatches()).collect()
+    }
+
+    /// The last line: median, spread and the pooled ratio.
+    pub fn rounds_line(&self) -> String {
+        let n = self.rounds.len();
+        match self.median_speedup {
+            Some(m) => {
+                let lo = self.speedups.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = self.speedups.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let plain: Vec<f64> = self.rounds.iter().map(|r| r.overall.plain_tps).collect();
+                format!(
+                    "rounds: {n}, speedup median {m:.3}× (min {lo:.3}×, max {hi:.3}×), pooled {:.3}×; plain tok/s median {:.2} ({:.2}–{:.2}); identical {}/{}",
+                    self.overall.speedup.unwrap_or(0.0),
+                    median(&plain).unwrap_or(0.0),
+                    plain.iter().copied().fold(f64::INFINITY, f64::min),
+                    plain.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                    self.overall.identical.unwrap_or(0),
+                    self.overall.prompts
+                )
+            }
+            None => {
+                let plain: Vec<f64> = self.rounds.iter().map(|r| r.overall.plain_tps).collect();
+                format!("rounds: {n}, plain tok/s median {:.2} (no drafter)", median(&plain).unwrap_or(0.0))
+            }
+        }
+    }
+
+    /// One line per round, the pooled per-category table with each
+    /// category's median speedup, and the rounds line.
+    pub fn table(&self) -> String {
+        let f = opt_f;
+        let mut s = String::new();
+        let _ = writeln!(s, "{:<6} {:>9} {:>9} {:>8} {:>6} {:>6} {:>7}", "round", "plain t/s", "spec t/s", "speedup", "acc%", "commit", "same");
+        for (i, r) in self.rounds.iter().enumerate() {
+            let o = &r.overall;
             let _ = writeln!(
                 s,
-                "{:<cw$} {:>3} {:>7} {:>9.2} {} {} {} {} {} {:>5}",
-                c.category,
-                c.prompts,
-                c.plain_tokens,
-                c.plain_tps,
-                f(c.spec_tps, 9, 2),
-                f(c.speedup, 6, 3) + if c.speedup.is_some() { "×" } else { " " },
-                f(c.mean_speedup, 7, 3) + if c.mean_speedup.is_some() { "×" } else { " " },
-                f(c.acceptance.map(|a| 100.0 * a), 6, 1),
-                f(c.mean_committed, 6, 2),
-                c.identical.map(|n| format!("{n}/{}", c.prompts)).unwrap_or_else(|| "-".into())
+                "{:<6} {:>9.2} {} {} {} {} {:>7}",
+                i + 1,
+                o.plain_tps,
+                f(o.spec_tps, 9, 2),
+                f(o.speedup, 7, 3) + if o.speedup.is_some() { "×" } else { " " },
+                f(o.acceptance.map(|a| 100.0 * a), 6, 1),
+                f(o.mean_committed, 6, 2),
+                o.identical.map(|n| format!("{n}/{}", o.prompts)).unwrap_or_else(|| "-".into())
             );
         }
         let _ = writeln!(s);
-        s.push_str(&self.overall_line());
+        let cw = self.categories.iter().map(|c| c.category.len()).max().unwrap_or(8).max(8);
+        let _ = writeln!(s, "all rounds together:");
+        s.push_str(&summary_table(&self.categories, &self.overall, cw));
+        if !self.category_median_speedups.is_empty() {
+            let parts: Vec<String> = self.category_median_speedups.iter().map(|(c, m)| format!("{c} {m:.3}×")).collect();
+            let _ = writeln!(s, "median speedup per category over the rounds: {}", parts.join(", "));
+        }
+        let _ = writeln!(s);
+        s.push_str(&self.rounds_line());
         s.push('\n');
         s
     }
@@ -333,6 +474,23 @@ fn generate(
         true
     })?;
     Ok((ids, st))
+}
+
+/// Per-category summaries (categories in order of first appearance) and the
+/// overall one.
+fn summaries<'a>(rows: impl Iterator<Item = &'a PromptRow>) -> (Vec<Summary>, Summary) {
+    let mut by_cat: BTreeMap<&str, Vec<&PromptRow>> = BTreeMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    let mut all = Vec::new();
+    for r in rows {
+        if !by_cat.contains_key(r.category.as_str()) {
+            order.push(&r.category);
+        }
+        by_cat.entry(&r.category).or_default().push(r);
+        all.push(r);
+    }
+    let categories = order.iter().map(|c| summarize(c, &by_cat[c])).collect();
+    (categories, summarize("overall", &all))
 }
 
 fn summarize(category: &str, rows: &[&PromptRow]) -> Summary {
@@ -386,13 +544,16 @@ fn summarize(category: &str, rows: &[&PromptRow]) -> Summary {
 /// tokens / decode time for both. One speculator serves all prompts (its
 /// scheduler keeps what it learned); a warm-up generation of each kind runs
 /// first. `ctx`: session context (None: longest prompt + n_predict + margin).
-/// `progress(i, n, row)` is called after each prompt.
+/// `round` shifts the alternation (prompt i runs speculative first when
+/// i + round is odd), so that over two rounds every prompt runs each way
+/// first once. `progress(i, n, row)` is called after each prompt.
 pub fn run_prompt_bench(
     engine: &Arc<Engine>,
     prompts: &[BenchPrompt],
     n_predict: usize,
     spec: &SpecOptions,
     ctx: Option<usize>,
+    round: usize,
     mut progress: impl FnMut(usize, usize, &PromptRow),
 ) -> Result<PromptBenchReport, PromptError> {
     let n_predict = n_predict.max(1);
@@ -416,7 +577,7 @@ pub fn run_prompt_bench(
 
     let mut rows = Vec::with_capacity(prompts.len());
     for (i, (p, toks)) in prompts.iter().zip(&tokenized).enumerate() {
-        let spec_first = i % 2 == 1 && sp.is_some();
+        let spec_first = (i + round) % 2 == 1 && sp.is_some();
         let mut plain = None;
         let mut specd = None;
         for pass in 0..2 {
@@ -485,18 +646,7 @@ pub fn run_prompt_bench(
         rows.push(row);
     }
 
-    let mut by_cat: BTreeMap<&str, Vec<&PromptRow>> = BTreeMap::new();
-    // categories in order of first appearance
-    let mut order: Vec<&str> = Vec::new();
-    for r in &rows {
-        if !by_cat.contains_key(r.category.as_str()) {
-            order.push(&r.category);
-        }
-        by_cat.entry(&r.category).or_default().push(r);
-    }
-    let categories = order.iter().map(|c| summarize(c, &by_cat[c])).collect();
-    let all: Vec<&PromptRow> = rows.iter().collect();
-    let overall = summarize("overall", &all);
+    let (categories, overall) = summaries(rows.iter());
     Ok(PromptBenchReport {
         drafter: sp.as_ref().map(|s| s.drafter_name()),
         n_predict,
@@ -741,6 +891,68 @@ mod tests {
         }
         assert!(matches!(parse_prompts("\n\n", p), Err(PromptError::Empty(_))));
         assert!(matches!(load_prompts("/nonexistent/tandem/prompts.jsonl"), Err(PromptError::Io { .. })));
+    }
+
+    fn row(id: &str, cat: &str, plain_secs: f64, spec_secs: f64, same: bool) -> PromptRow {
+        PromptRow {
+            id: id.into(),
+            category: cat.into(),
+            prompt_tokens: 10,
+            gen_tokens: 100,
+            plain_secs,
+            plain_tps: 100.0 / plain_secs,
+            plain_stop: "length".into(),
+            spec_gen_tokens: Some(100),
+            spec_secs: Some(spec_secs),
+            spec_tps: Some(100.0 / spec_secs),
+            spec_stop: Some("length".into()),
+            speedup: Some(plain_secs / spec_secs),
+            cycles: Some(50),
+            drafted: Some(100),
+            accepted: Some(50),
+            acceptance: Some(0.5),
+            mean_committed: Some(2.0),
+            identical: Some(same),
+            first_mismatch: if same { None } else { Some(3) },
+            first: "plain".into(),
+        }
+    }
+
+    fn report(rows: Vec<PromptRow>) -> PromptBenchReport {
+        let (categories, overall) = summaries(rows.iter());
+        PromptBenchReport { drafter: Some("d".into()), n_predict: 100, ctx: 256, threads: 2, rows, categories, overall, spec_stats: None }
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[f64::NAN, 1.5]), Some(1.5));
+    }
+
+    #[test]
+    fn rounds_pool_totals_and_take_medians() {
+        // round 1: 1.0 s plain and 0.5 s spec per prompt (2×); round 2: 1.25×; round 3: 1.0×
+        let r1 = report(vec![row("a", "chat", 1.0, 0.5, true), row("b", "code", 1.0, 0.5, true)]);
+        let r2 = report(vec![row("a", "chat", 1.0, 0.8, true), row("b", "code", 1.0, 0.8, true)]);
+        let r3 = report(vec![row("a", "chat", 0.5, 0.5, true), row("b", "code", 2.0, 2.0, false)]);
+        let rr = RoundsReport::new(vec![r1, r2, r3]);
+        assert_eq!(rr.speedups.len(), 3);
+        assert!((rr.speedups[0] - 2.0).abs() < 1e-12 && (rr.speedups[1] - 1.25).abs() < 1e-12);
+        assert!((rr.median_speedup.unwrap() - 1.25).abs() < 1e-12);
+        // pooled: 6.5 s plain against 5.1 s spec for the same 600 tokens
+        assert_eq!(rr.overall.prompts, 6);
+        assert!((rr.overall.speedup.unwrap() - 6.5 / 5.1).abs() < 1e-12);
+        assert_eq!(rr.overall.identical, Some(5));
+        assert_eq!(rr.mismatches().len(), 1);
+        let cats: Vec<&str> = rr.category_median_speedups.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(cats, ["chat", "code"]);
+        assert!((rr.category_median_speedups[0].1 - 1.25).abs() < 1e-12);
+        let t = rr.table();
+        assert!(t.contains("speedup median 1.250× (min 1.000×, max 2.000×)"), "{t}");
+        assert!(t.contains("identical 5/6"), "{t}");
+        assert_eq!(t.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_digit())).count(), 3, "{t}");
     }
 
     #[test]
