@@ -233,3 +233,43 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     let e = engine.speculator(&bad, 512).err().expect("block size above the trained one");
     assert!(e.to_string().contains("--dspark-block-size 9"), "{e}");
 }
+
+/// A proposal depends only on the committed text: the committed drafter's
+/// block at every cycle of a speculative decode (after accepted and
+/// rejected drafts, whose context rows must be gone) is the block a fresh
+/// session drafts right after a prefill of the same text, token for token
+/// and confidence for confidence (bits). The kernels give a row the same
+/// bits in a prefill as in a verify, so any difference is drafter state
+/// left over from earlier cycles.
+#[test]
+fn each_block_depends_only_on_the_committed_text() {
+    let engine = common::engine(2);
+    let path = common::dspark_path();
+    let o = SpecOptions { fixed_length: true, ..opts(&path, true) };
+    let text = engine
+        .render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Write a short note to a friend about a day at the lake, then list three things to pack.")])
+        .unwrap();
+    let prompt = engine.tokenize_prompt(&text);
+    let mut sp = engine.speculator(&o, 512).unwrap().expect("a speculator");
+    sp.record_drafts(true);
+    let out = greedy(&engine, &prompt, Some(&mut sp));
+    let cycles = sp.take_drafts();
+    let all: Vec<u32> = prompt.iter().chain(&out).copied().collect();
+    let bs = cycles.iter().map(|c| c.tokens.len()).max().unwrap();
+    let full: Vec<_> = cycles.iter().filter(|c| !c.free && c.tokens.len() == bs).collect();
+    assert!(full.len() >= 8, "{} full blocks", full.len());
+    let rejected = cycles.windows(2).filter(|w| w[1].pos < w[0].pos + 1 + w[0].tokens.len()).count();
+    assert!(rejected >= 3, "the decode should reject some drafts ({rejected})");
+    for c in full {
+        assert_eq!(all[c.pos], c.anchor, "anchor of the cycle at {}", c.pos);
+        let mut fresh = engine.speculator(&o, 512).unwrap().expect("a speculator");
+        fresh.record_drafts(true);
+        let params = GenParams { max_tokens: 2 * bs + 2, sampler: SamplerParams::greedy() };
+        engine.new_session(512).generate_with(&all[..c.pos], &params, Some(&mut fresh), None, |_, _| true).unwrap();
+        let first = fresh.take_drafts().into_iter().next().expect("a first cycle");
+        assert_eq!((first.pos, first.anchor), (c.pos, c.anchor));
+        assert_eq!(first.tokens, c.tokens, "block at {}", c.pos);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&first.confidence), bits(&c.confidence), "confidences at {}", c.pos);
+    }
+}

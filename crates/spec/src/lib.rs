@@ -31,7 +31,7 @@ pub use hybrid::HybridDrafter;
 pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
 pub use scheduler::{Scheduler, SchedulerConfig};
-pub use speculator::{SpecConfig, SpecError, Speculator};
+pub use speculator::{CycleDraft, SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;
 
 /// Upper bound on tokens drafted per cycle.

@@ -26,6 +26,19 @@ pub enum SpecError {
     Drafter(String),
 }
 
+/// One cycle's proposal, as recorded by [`Speculator::record_drafts`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CycleDraft {
+    /// Position of the anchor (the committed length before the cycle).
+    pub pos: usize,
+    /// The target's token the drafts follow.
+    pub anchor: u32,
+    pub tokens: Vec<u32>,
+    pub confidence: Vec<f32>,
+    /// A free (lookup) proposal rather than the drafter's.
+    pub free: bool,
+}
+
 /// Speculation settings.
 #[derive(Debug, Clone)]
 pub struct SpecConfig {
@@ -64,6 +77,8 @@ pub struct Speculator {
     out: ForwardOutput,
     /// When tracing: the logits each emitted token was chosen from.
     trace: Option<Vec<Vec<f32>>>,
+    /// When recording: every cycle's proposal (see [`Speculator::record_drafts`]).
+    drafts: Option<Vec<CycleDraft>>,
     /// Hidden taps the drafter asked for (empty: none).
     taps: Vec<tandem_model::HiddenTap>,
     /// Positions whose hidden rows the drafter has been given.
@@ -80,7 +95,7 @@ impl Speculator {
         let mut sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
         sched.set_fixed_draft_cost(drafter.fixed_cost());
         let taps = drafter.taps();
-        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), free: Draft::default(), out: ForwardOutput::default(), trace: None, taps, observed: 0, proposed_last: false })
+        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), free: Draft::default(), out: ForwardOutput::default(), trace: None, drafts: None, taps, observed: 0, proposed_last: false })
     }
 
     pub fn drafter_name(&self) -> String {
@@ -99,6 +114,18 @@ impl Speculator {
 
     pub fn take_trace(&mut self) -> Vec<Vec<f32>> {
         self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Record every cycle's proposal (position, anchor, drafted tokens and
+    /// confidences, before the scheduler's cut): tests check that a
+    /// proposal depends only on the committed text, not on the rejected
+    /// drafts before it.
+    pub fn record_drafts(&mut self, on: bool) {
+        self.drafts = on.then(Vec::new);
+    }
+
+    pub fn take_drafts(&mut self) -> Vec<CycleDraft> {
+        self.drafts.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Start a generation over `history` (drops any pending token from an
@@ -240,6 +267,9 @@ impl Speculator {
             draft_secs = free_secs;
         }
         let proposed = self.draft.tokens.len();
+        if let Some(rec) = &mut self.drafts {
+            rec.push(CycleDraft { pos: cache.len(), anchor: t, tokens: self.draft.tokens.clone(), confidence: self.draft.confidence.clone(), free });
+        }
         let k = if free { free_k } else { self.sched.truncate(proposed, &self.draft.confidence) };
         let conf_log = if self.cfg.log && !self.draft.confidence.is_empty() {
             let c: Vec<String> = self.draft.confidence.iter().map(|c| format!("{c:.2}")).collect();
