@@ -31,6 +31,24 @@ impl SplitMix {
     }
 }
 
+/// The trainers' split of `n` sequences into training and held-out ids
+/// (each held out with probability `holdout`, fixed by `seed`), and the
+/// generator after it: training goes on drawing from it. Public so that
+/// tools can find the held-out prompts of a data file
+/// (`examples/heldout_prompts.rs`).
+pub fn split_ids(n: usize, seed: u64, holdout: f32) -> (Vec<usize>, Vec<usize>, SplitMix) {
+    let mut rng = SplitMix::new(seed ^ 0x5EED);
+    let (mut train_ids, mut held) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        if rng.f32() < holdout {
+            held.push(i)
+        } else {
+            train_ids.push(i)
+        }
+    }
+    (train_ids, held, rng)
+}
+
 /// First words of a user request, for target-written prompts
 /// (`--prompt-openers`): the kinds of request people make of an assistant,
 /// so the target's own requests cover questions, explanations, writing,

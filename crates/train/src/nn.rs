@@ -34,15 +34,7 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
 /// Returns the generator too: training goes on drawing from it, so the
 /// committed support files stay reproducible.
 pub(crate) fn split(data: &Dataset, seed: u64, holdout: f32) -> Result<(Vec<usize>, Vec<usize>, SplitMix)> {
-    let mut rng = SplitMix::new(seed ^ 0x5EED);
-    let (mut train_ids, mut held) = (Vec::new(), Vec::new());
-    for i in 0..data.seqs.len() {
-        if rng.f32() < holdout {
-            held.push(i)
-        } else {
-            train_ids.push(i)
-        }
-    }
+    let (train_ids, held, rng) = crate::corpus::split_ids(data.seqs.len(), seed, holdout);
     if train_ids.is_empty() || held.is_empty() {
         bail!("need both training and held-out sequences ({} sequences, holdout {})", data.seqs.len(), holdout);
     }
