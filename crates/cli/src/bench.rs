@@ -90,6 +90,9 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
         let (written, json) = write_round(&report, &dir, &model, path, &engine)?;
         if rounds > 1 {
             eprintln!("round {}/{rounds}: {}", round + 1, report.overall_line());
+            if let Some(c) = report.cost_line() {
+                eprintln!("round {}/{rounds}: {c}", round + 1);
+            }
             eprintln!("wrote {}", written.join(", "));
         } else {
             let drafter = report.drafter.clone().unwrap_or_else(|| "none".into());
@@ -102,6 +105,9 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
             }
             if let Some(st) = &report.spec_stats {
                 eprintln!("{}", st.report());
+            }
+            if let Some(c) = report.cost_line() {
+                eprintln!("{c}");
             }
             eprintln!("wrote {}", written.join(", "));
         }
@@ -123,6 +129,9 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
         }
         if let Some(st) = all.spec_stats() {
             eprintln!("all rounds: {}", st.report());
+        }
+        if let Some(c) = all.cost_line() {
+            eprintln!("all rounds: {c}");
         }
         eprintln!("wrote {}", json_path.display());
     }

@@ -137,6 +137,9 @@ pub struct PromptRow {
     pub first_mismatch: Option<usize>,
     /// Which ran first ("plain" or "spec"; alternates per prompt).
     pub first: String,
+    /// Mean seconds of the speculative run's one-row verify forwards (its
+    /// plain cycles), to set against `plain_secs / gen_tokens`.
+    pub spec_one_row_secs: Option<f64>,
 }
 
 /// Aggregate over a set of prompts (a category, or all).
@@ -347,6 +350,42 @@ pub struct RoundsReport {
     pub category_median_speedups: Vec<(String, f64)>,
 }
 
+/// Where the time of the speculative runs went, set against the plain runs
+/// of the same prompts: the plain time per token, the mean verify forward of
+/// one and of two rows as decoding met them (a one-row forward slower than
+/// a plain token means the speculative loop pays more per step than the
+/// model), the draft time per verified draft, and the share of speculative
+/// decode time outside drafting and verifying. None without speculative
+/// statistics.
+pub fn cost_line(overall: &Summary, st: &SpecStats) -> Option<String> {
+    let spec_secs = overall.spec_secs?;
+    if overall.plain_tokens == 0 || spec_secs <= 0.0 {
+        return None;
+    }
+    let plain = overall.plain_secs / overall.plain_tokens as f64;
+    let fwd = |rows: usize| match st.mean_forward_secs(rows) {
+        Some(t) => format!("{:.2} ms ({:.2}×)", t * 1e3, t / plain),
+        None => "-".into(),
+    };
+    let drafting = st.cycles - st.plain_cycles;
+    let draft = if drafting > 0 { format!("{:.2} ms", st.draft_secs / drafting as f64 * 1e3) } else { "-".into() };
+    let outside = 1.0 - (st.draft_secs + st.verify_secs) / spec_secs;
+    Some(format!(
+        "costs: plain {:.2} ms/token; verify forward of 1 row {}, of 2 rows {}; draft {draft} per verified draft; {:.1}% of speculative time outside draft and verify",
+        plain * 1e3,
+        fwd(1),
+        fwd(2),
+        100.0 * outside
+    ))
+}
+
+impl PromptBenchReport {
+    /// [`cost_line`] of this run.
+    pub fn cost_line(&self) -> Option<String> {
+        cost_line(&self.overall, self.spec_stats.as_ref()?)
+    }
+}
+
 impl RoundsReport {
     pub fn new(rounds: Vec<PromptBenchReport>) -> Self {
         let (categories, overall) = summaries(rounds.iter().flat_map(|r| r.rows.iter()));
@@ -372,6 +411,11 @@ impl RoundsReport {
             out.get_or_insert_with(SpecStats::default).merge(st);
         }
         out
+    }
+
+    /// [`cost_line`] of all rounds pooled.
+    pub fn cost_line(&self) -> Option<String> {
+        cost_line(&self.overall, &self.spec_stats()?)
     }
 
     /// Prompts (of any round) whose speculative output differed from plain.
@@ -618,6 +662,7 @@ pub fn run_prompt_bench(
             identical: None,
             first_mismatch: None,
             first: if spec_first { "spec" } else { "plain" }.into(),
+            spec_one_row_secs: None,
         };
         if let Some(((spec_ids, sst), stats)) = specd {
             let secs = sst.decode_time.as_secs_f64();
@@ -634,6 +679,7 @@ pub fn run_prompt_bench(
             row.acceptance = Some(stats.acceptance_rate());
             row.mean_committed = Some(stats.mean_committed());
             row.identical = Some(same);
+            row.spec_one_row_secs = stats.mean_forward_secs(1);
             if !same {
                 row.first_mismatch =
                     Some(plain_ids.iter().zip(&spec_ids).take_while(|(a, b)| a == b).count());
@@ -915,6 +961,7 @@ mod tests {
             identical: Some(same),
             first_mismatch: if same { None } else { Some(3) },
             first: "plain".into(),
+            spec_one_row_secs: None,
         }
     }
 
@@ -953,6 +1000,30 @@ mod tests {
         assert!(t.contains("speedup median 1.250× (min 1.000×, max 2.000×)"), "{t}");
         assert!(t.contains("identical 5/6"), "{t}");
         assert_eq!(t.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_digit())).count(), 3, "{t}");
+    }
+
+    #[test]
+    fn cost_line_sets_verify_forwards_against_the_plain_token() {
+        // 2 prompts of 100 tokens: 0.5 s plain each (5 ms a token), 0.4 s spec each
+        let mut r = report(vec![row("a", "chat", 0.5, 0.4, true), row("b", "code", 0.5, 0.4, true)]);
+        assert_eq!(r.cost_line(), None, "no statistics, no line");
+        let mut st = SpecStats::default();
+        for _ in 0..10 {
+            st.record(0, 0, 0, 0.0, 0.0055);
+        }
+        for _ in 0..60 {
+            st.record(3, 1, 1, 0.001, 0.007);
+        }
+        r.spec_stats = Some(st);
+        // verify 10·5.5 + 60·7 = 475 ms, draft 60 ms: 535 of 800 ms
+        let c = r.cost_line().unwrap();
+        assert_eq!(
+            c,
+            "costs: plain 5.00 ms/token; verify forward of 1 row 5.50 ms (1.10×), of 2 rows 7.00 ms (1.40×); \
+             draft 1.00 ms per verified draft; 33.1% of speculative time outside draft and verify"
+        );
+        let rr = RoundsReport::new(vec![r.clone(), r]);
+        assert_eq!(rr.cost_line().unwrap(), c, "pooled rounds of equal runs give the same line");
     }
 
     #[test]

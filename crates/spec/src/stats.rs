@@ -33,6 +33,11 @@ pub struct SpecStats {
     pub verify_secs: f64,
     /// Measured seconds of a one-position forward (a plain decode step).
     pub plain_step_secs: f64,
+    /// Verify seconds by verified draft length (index as `draft_hist`: the
+    /// forward had index + 1 rows). With `draft_hist` this gives the mean
+    /// cost of each width as decoding met it, to set against a plain run's
+    /// time per token.
+    pub width_secs: Vec<f64>,
 }
 
 fn bump(h: &mut Vec<u64>, i: usize) {
@@ -65,6 +70,18 @@ impl SpecStats {
         }
         self.draft_secs += draft_secs;
         self.verify_secs += verify_secs;
+        if self.width_secs.len() <= drafted {
+            self.width_secs.resize(drafted + 1, 0.0);
+        }
+        self.width_secs[drafted] += verify_secs;
+    }
+
+    /// Mean seconds of the verify forwards of `rows` rows (`rows` ≥ 1), None
+    /// when there was none.
+    pub fn mean_forward_secs(&self, rows: usize) -> Option<f64> {
+        let k = rows.checked_sub(1)?;
+        let n = *self.draft_hist.get(k)?;
+        (n > 0).then(|| self.width_secs[k] / n as f64)
     }
 
     /// Record the drafter's confidences for a verified draft of which the
@@ -147,6 +164,10 @@ impl SpecStats {
             self.pos_conf_sum.resize(o.pos_conf_sum.len(), 0.0);
         }
         self.pos_conf_sum.iter_mut().zip(&o.pos_conf_sum).for_each(|(a, b)| *a += b);
+        if self.width_secs.len() < o.width_secs.len() {
+            self.width_secs.resize(o.width_secs.len(), 0.0);
+        }
+        self.width_secs.iter_mut().zip(&o.width_secs).for_each(|(a, b)| *a += b);
         self.draft_secs += o.draft_secs;
         self.verify_secs += o.verify_secs;
         if self.plain_step_secs == 0.0 {
@@ -170,6 +191,10 @@ impl SpecStats {
                     .join(", ")
             )
         };
+        let widths = (1..=self.draft_hist.len())
+            .filter_map(|w| self.mean_forward_secs(w).map(|t| format!("{w}:{:.2}", t * 1e3)))
+            .collect::<Vec<_>>()
+            .join(" ");
         let pos = (0..self.pos_verified.len())
             .map(|i| format!("{}:{:.0}%", i + 1, 100.0 * self.pos_accepted[i] as f64 / self.pos_verified[i].max(1) as f64))
             .collect::<Vec<_>>()
@@ -179,7 +204,8 @@ impl SpecStats {
              spec: draft lengths [{}]\n\
              spec: accepted lengths [{}]\n\
              spec: acceptance per draft position [{}]\n\
-             spec: draft {:.1} ms, verify {:.1} ms, plain step {:.2} ms, net saved vs plain {:.1} ms{}",
+             spec: draft {:.1} ms, verify {:.1} ms, plain step {:.2} ms, net saved vs plain {:.1} ms\n\
+             spec: mean ms per verify forward by rows [{}]{}",
             self.cycles,
             self.plain_cycles,
             self.proposed,
@@ -194,7 +220,33 @@ impl SpecStats {
             self.verify_secs * 1e3,
             self.plain_step_secs * 1e3,
             self.saved_secs() * 1e3,
+            widths,
             cal
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_time_is_kept_per_width_and_merged() {
+        let mut a = SpecStats::default();
+        a.record(0, 0, 0, 0.0, 0.004);
+        a.record(0, 0, 0, 0.0, 0.006);
+        a.record(2, 1, 1, 0.001, 0.007);
+        assert_eq!(a.mean_forward_secs(1), Some(0.005));
+        assert_eq!(a.mean_forward_secs(2), Some(0.007));
+        assert_eq!(a.mean_forward_secs(3), None);
+        assert_eq!(a.mean_forward_secs(0), None);
+        let mut b = SpecStats::default();
+        b.record(4, 3, 0, 0.001, 0.012);
+        b.record(0, 0, 0, 0.0, 0.008);
+        a.merge(&b);
+        assert!((a.mean_forward_secs(1).unwrap() - 0.006).abs() < 1e-15);
+        assert_eq!(a.mean_forward_secs(4), Some(0.012));
+        assert_eq!(a.mean_forward_secs(3), None);
+        assert!(a.report().contains("spec: mean ms per verify forward by rows [1:6.00 2:7.00 4:12.00]"), "{}", a.report());
     }
 }
