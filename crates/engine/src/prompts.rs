@@ -352,7 +352,7 @@ pub struct RoundsReport {
 
 /// Where the time of the speculative runs went, set against the plain runs
 /// of the same prompts: the plain time per token, the mean verify forward of
-/// one and of two rows as decoding met them (a one-row forward slower than
+/// one row and of the multi-row width used most, as decoding met them (a one-row forward slower than
 /// a plain token means the speculative loop pays more per step than the
 /// model), the draft time per verified draft, and the share of speculative
 /// decode time outside drafting and verifying. None without speculative
@@ -367,14 +367,16 @@ pub fn cost_line(overall: &Summary, st: &SpecStats) -> Option<String> {
         Some(t) => format!("{:.2} ms ({:.2}×)", t * 1e3, t / plain),
         None => "-".into(),
     };
+    // the multi-row width decoding used most (2 when none was used)
+    let wide = (1..st.draft_hist.len()).max_by_key(|&k| (st.draft_hist[k], std::cmp::Reverse(k))).map_or(2, |k| k + 1);
     let drafting = st.cycles - st.plain_cycles;
     let draft = if drafting > 0 { format!("{:.2} ms", st.draft_secs / drafting as f64 * 1e3) } else { "-".into() };
     let outside = 1.0 - (st.draft_secs + st.verify_secs) / spec_secs;
     Some(format!(
-        "costs: plain {:.2} ms/token; verify forward of 1 row {}, of 2 rows {}; draft {draft} per verified draft; {:.1}% of speculative time outside draft and verify",
+        "costs: plain {:.2} ms/token; verify forward of 1 row {}, of {wide} rows {}; draft {draft} per verified draft; {:.1}% of speculative time outside draft and verify",
         plain * 1e3,
         fwd(1),
-        fwd(2),
+        fwd(wide),
         100.0 * outside
     ))
 }
@@ -1022,8 +1024,17 @@ mod tests {
             "costs: plain 5.00 ms/token; verify forward of 1 row 5.50 ms (1.10×), of 2 rows 7.00 ms (1.40×); \
              draft 1.00 ms per verified draft; 33.1% of speculative time outside draft and verify"
         );
-        let rr = RoundsReport::new(vec![r.clone(), r]);
+        let rr = RoundsReport::new(vec![r.clone(), r.clone()]);
         assert_eq!(rr.cost_line().unwrap(), c, "pooled rounds of equal runs give the same line");
+        // full blocks: the width used most is named
+        let mut st = SpecStats::default();
+        st.record(4, 1, 0, 0.001, 0.007);
+        for _ in 0..3 {
+            st.record(4, 4, 1, 0.001, 0.011);
+        }
+        r.spec_stats = Some(st);
+        let c = r.cost_line().unwrap();
+        assert!(c.contains("verify forward of 1 row -, of 5 rows 11.00 ms (2.20×)"), "{c}");
     }
 
     #[test]
