@@ -351,12 +351,13 @@ pub struct RoundsReport {
 }
 
 /// Where the time of the speculative runs went, set against the plain runs
-/// of the same prompts: the plain time per token, the mean verify forward of
-/// one row and of the multi-row width used most, as decoding met them (a one-row forward slower than
-/// a plain token means the speculative loop pays more per step than the
-/// model), the draft time per verified draft, and the share of speculative
-/// decode time outside drafting and verifying. None without speculative
-/// statistics.
+/// of the same prompts: the plain time per token; the mean verify forward of
+/// one row and of the multi-row width used most, as decoding met them (a
+/// one-row forward slower than a plain token means the speculative loop
+/// pays more per step than the model); all draft time over the cycles that
+/// verified a draft (proposals the scheduler then cut to nothing included);
+/// and the share of speculative decode time outside drafting and verifying.
+/// None without speculative statistics.
 pub fn cost_line(overall: &Summary, st: &SpecStats) -> Option<String> {
     let spec_secs = overall.spec_secs?;
     if overall.plain_tokens == 0 || spec_secs <= 0.0 {
