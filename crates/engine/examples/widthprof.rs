@@ -1,6 +1,11 @@
 //! Repeat one target forward of W rows at a context of 128, for `perf`.
 //!
-//! cargo run --release -p tandem-engine --example widthprof -- W [reps]
+//! With SWEEP_MB > 0, a buffer of that size is read between forwards (not
+//! timed), as a drafter's weights are read between two verify passes: the
+//! forward's time then shows what the drafter's memory traffic costs the
+//! target.
+//!
+//! cargo run --release -p tandem-engine --example widthprof -- W [reps] [SWEEP_MB]
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,6 +16,10 @@ use tandem_model::{ForwardOutput, LogitRows};
 fn main() {
     let w: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1);
     let reps: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
+    let sweep_mb: usize = std::env::args().nth(3).and_then(|s| s.parse().ok()).unwrap_or(0);
+    // distinct nonzero bytes, so the pages are real
+    let sweep: Vec<u64> = (0..sweep_mb * (1 << 17)).map(|i| i as u64 * 0x9E37_79B9 + 1).collect();
+    let mut sink = 0u64;
     let path = ensure_model(&DEFAULT_MODEL, &models_dir(), true).unwrap();
     let e = Arc::new(Engine::load(path, 2).unwrap());
     let mut s = Session::new(e.clone(), 300);
@@ -21,11 +30,15 @@ fn main() {
     let mut out = ForwardOutput::default();
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
+        if !sweep.is_empty() {
+            sink = sink.wrapping_add(sweep.iter().fold(0u64, |a, &x| a ^ x));
+        }
         let t0 = Instant::now();
         e.model.forward(&e.pool, &mut s.cache, &extra, &LogitRows::All, &[], &mut out).unwrap();
         times.push(t0.elapsed().as_secs_f64() * 1e3);
         s.cache.truncate(base);
     }
     times.sort_by(f64::total_cmp);
-    println!("width {w}: p10 {:.3} ms, median {:.3} ms", times[reps / 10], times[reps / 2]);
+    println!("width {w}, sweep {sweep_mb} MB: p10 {:.3} ms, median {:.3} ms", times[reps / 10], times[reps / 2]);
+    std::hint::black_box(sink);
 }
