@@ -40,11 +40,24 @@ pub struct SpecStats {
     pub width_secs: Vec<f64>,
 }
 
-fn bump(h: &mut Vec<u64>, i: usize) {
-    if h.len() <= i {
-        h.resize(i + 1, 0);
+/// Entry `i` of a per-position vector, grown with zeros to reach it.
+fn slot<T: Copy + Default>(v: &mut Vec<T>, i: usize) -> &mut T {
+    if v.len() <= i {
+        v.resize(i + 1, T::default());
     }
-    h[i] += 1;
+    &mut v[i]
+}
+
+fn bump(h: &mut Vec<u64>, i: usize) {
+    *slot(h, i) += 1;
+}
+
+/// `dst += src` elementwise, `dst` grown to `src`'s length.
+fn add_into<T: Copy + Default + std::ops::AddAssign>(dst: &mut Vec<T>, src: &[T]) {
+    if dst.len() < src.len() {
+        dst.resize(src.len(), T::default());
+    }
+    dst.iter_mut().zip(src).for_each(|(a, &b)| *a += b);
 }
 
 impl SpecStats {
@@ -61,19 +74,14 @@ impl SpecStats {
         bump(&mut self.accept_hist, accepted);
         for i in 0..drafted {
             bump(&mut self.pos_verified, i);
-            if self.pos_accepted.len() <= i {
-                self.pos_accepted.resize(i + 1, 0);
-            }
+            let hit = slot(&mut self.pos_accepted, i);
             if i < accepted {
-                self.pos_accepted[i] += 1;
+                *hit += 1;
             }
         }
         self.draft_secs += draft_secs;
         self.verify_secs += verify_secs;
-        if self.width_secs.len() <= drafted {
-            self.width_secs.resize(drafted + 1, 0.0);
-        }
-        self.width_secs[drafted] += verify_secs;
+        *slot(&mut self.width_secs, drafted) += verify_secs;
     }
 
     /// Mean seconds of the verify forwards of `rows` rows (`rows` ≥ 1), None
@@ -92,13 +100,10 @@ impl SpecStats {
                 break;
             }
             bump(&mut self.pos_reached, i);
-            if self.pos_conf_sum.len() <= i {
-                self.pos_conf_sum.resize(i + 1, 0.0);
-                self.pos_hit.resize(i + 1, 0);
-            }
-            self.pos_conf_sum[i] += c as f64;
+            *slot(&mut self.pos_conf_sum, i) += c as f64;
+            let hit = slot(&mut self.pos_hit, i);
             if i < accepted {
-                self.pos_hit[i] += 1;
+                *hit += 1;
             }
         }
     }
@@ -148,26 +153,13 @@ impl SpecStats {
             (&mut self.accept_hist, &o.accept_hist),
             (&mut self.pos_verified, &o.pos_verified),
             (&mut self.pos_accepted, &o.pos_accepted),
+            (&mut self.pos_reached, &o.pos_reached),
+            (&mut self.pos_hit, &o.pos_hit),
         ] {
-            if dst.len() < src.len() {
-                dst.resize(src.len(), 0);
-            }
-            dst.iter_mut().zip(src).for_each(|(a, b)| *a += b);
+            add_into(dst, src);
         }
-        for (dst, src) in [(&mut self.pos_reached, &o.pos_reached), (&mut self.pos_hit, &o.pos_hit)] {
-            if dst.len() < src.len() {
-                dst.resize(src.len(), 0);
-            }
-            dst.iter_mut().zip(src).for_each(|(a, b)| *a += b);
-        }
-        if self.pos_conf_sum.len() < o.pos_conf_sum.len() {
-            self.pos_conf_sum.resize(o.pos_conf_sum.len(), 0.0);
-        }
-        self.pos_conf_sum.iter_mut().zip(&o.pos_conf_sum).for_each(|(a, b)| *a += b);
-        if self.width_secs.len() < o.width_secs.len() {
-            self.width_secs.resize(o.width_secs.len(), 0.0);
-        }
-        self.width_secs.iter_mut().zip(&o.width_secs).for_each(|(a, b)| *a += b);
+        add_into(&mut self.pos_conf_sum, &o.pos_conf_sum);
+        add_into(&mut self.width_secs, &o.width_secs);
         self.draft_secs += o.draft_secs;
         self.verify_secs += o.verify_secs;
         if self.plain_step_secs == 0.0 {
