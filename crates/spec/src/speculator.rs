@@ -290,9 +290,6 @@ impl Speculator {
         model.forward(pool, cache, &toks, &LogitRows::All, &self.taps, &mut self.out)?;
         let verify_secs = t1.elapsed().as_secs_f64();
         self.sched.observe_verify(k + 1, verify_secs);
-        if self.stats.plain_step_secs == 0.0 {
-            self.stats.plain_step_secs = self.sched.verify_cost(1);
-        }
 
         let rows: Vec<&[f32]> = (0..=k).map(|i| self.out.logits_row(i)).collect();
         let v = if sampler.params.is_greedy() {

@@ -31,7 +31,9 @@ pub struct SpecStats {
     pub pos_hit: Vec<u64>,
     pub draft_secs: f64,
     pub verify_secs: f64,
-    /// Measured seconds of a one-position forward (a plain decode step).
+    /// Seconds of a one-row forward measured by the scheduler's cost
+    /// profile (0 when none ran). Only a fallback for the plain step: the
+    /// profile runs once, and the machine's speed drifts after it.
     pub plain_step_secs: f64,
     /// Verify seconds by verified draft length (index as `draft_hist`: the
     /// forward had index + 1 rows). With `draft_hist` this gives the mean
@@ -136,9 +138,19 @@ impl SpecStats {
         }
     }
 
-    /// Time saved against plain decoding of the same tokens (negative = lost).
-    pub fn saved_secs(&self) -> f64 {
-        self.committed as f64 * self.plain_step_secs - (self.draft_secs + self.verify_secs)
+    /// What a plain decode step costs, as this run measured it: the mean
+    /// one-row forward of its plain cycles, else the profile's one-row
+    /// forward; None when neither ran (fixed drafting never verifies one
+    /// row, and a wider forward is no stand-in for it).
+    pub fn plain_step_estimate(&self) -> Option<f64> {
+        self.mean_forward_secs(1).or((self.plain_step_secs > 0.0).then_some(self.plain_step_secs))
+    }
+
+    /// Time saved against plain decoding of the same tokens at
+    /// [`Self::plain_step_estimate`] (negative = lost); None without one.
+    pub fn saved_secs(&self) -> Option<f64> {
+        let step = self.plain_step_estimate()?;
+        Some(self.committed as f64 * step - (self.draft_secs + self.verify_secs))
     }
 
     pub fn merge(&mut self, o: &SpecStats) {
@@ -164,6 +176,18 @@ impl SpecStats {
         self.verify_secs += o.verify_secs;
         if self.plain_step_secs == 0.0 {
             self.plain_step_secs = o.plain_step_secs;
+        }
+    }
+
+    /// The plain step this run measured and the time saved against it, or
+    /// why there is no such figure.
+    fn plain_step_line(&self) -> String {
+        let source = if self.mean_forward_secs(1).is_some() { "mean one-row forward" } else { "profiled one-row forward" };
+        match (self.plain_step_estimate(), self.saved_secs()) {
+            (Some(step), Some(saved)) => {
+                format!("plain step {:.2} ms ({source}), net saved vs plain {:.1} ms", step * 1e3, saved * 1e3)
+            }
+            _ => "plain step not measured (no one-row forward), net saved vs plain unknown".to_string(),
         }
     }
 
@@ -196,7 +220,7 @@ impl SpecStats {
              spec: draft lengths [{}]\n\
              spec: accepted lengths [{}]\n\
              spec: acceptance per draft position [{}]\n\
-             spec: draft {:.1} ms, verify {:.1} ms, plain step {:.2} ms, net saved vs plain {:.1} ms\n\
+             spec: draft {:.1} ms, verify {:.1} ms, {}\n\
              spec: mean ms per verify forward by rows [{}]{}",
             self.cycles,
             self.plain_cycles,
@@ -210,8 +234,7 @@ impl SpecStats {
             pos,
             self.draft_secs * 1e3,
             self.verify_secs * 1e3,
-            self.plain_step_secs * 1e3,
-            self.saved_secs() * 1e3,
+            self.plain_step_line(),
             widths,
             cal
         )
@@ -240,5 +263,27 @@ mod tests {
         assert_eq!(a.mean_forward_secs(4), Some(0.012));
         assert_eq!(a.mean_forward_secs(3), None);
         assert!(a.report().contains("spec: mean ms per verify forward by rows [1:6.00 2:7.00 4:12.00]"), "{}", a.report());
+    }
+
+    #[test]
+    fn plain_step_is_measured_one_row_forwards_or_nothing() {
+        // fixed drafting: only 5-row forwards, nothing to price a plain step by
+        let mut a = SpecStats::default();
+        a.record(4, 4, 1, 0.001, 0.011);
+        assert_eq!(a.plain_step_estimate(), None);
+        assert_eq!(a.saved_secs(), None);
+        assert!(a.report().contains("plain step not measured"), "{}", a.report());
+        // the profile's one-row forward is the fallback
+        a.plain_step_secs = 0.009;
+        assert_eq!(a.plain_step_estimate(), Some(0.009));
+        assert!(a.report().contains("plain step 9.00 ms (profiled one-row forward)"), "{}", a.report());
+        // plain cycles measured later win over the (stale) profile
+        a.record(0, 0, 0, 0.0, 0.006);
+        a.record(0, 0, 0, 0.0, 0.008);
+        assert_eq!(a.plain_step_estimate(), Some(0.007));
+        // 2 + 1 + 1 committed at 7 ms, against 1 ms of drafting and 25 ms of verifies
+        let saved = a.saved_secs().unwrap();
+        assert!((saved - (4.0 * 0.007 - 0.026)).abs() < 1e-12, "{saved}");
+        assert!(a.report().contains("plain step 7.00 ms (mean one-row forward), net saved vs plain 2.0 ms"), "{}", a.report());
     }
 }
