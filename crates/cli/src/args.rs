@@ -31,6 +31,20 @@ pub enum Cmd {
         #[arg(long, value_name = "OTHER")]
         same_tensors: Option<PathBuf>,
     },
+    /// Write a copy of a GGUF file whose block-quantized matrices are
+    /// re-quantized to another type (floats, integers and metadata are
+    /// copied): e.g. a support model's Q8_0 matrices as Q4_1, for a cheaper
+    /// draft step. Speculative output stays exact at any drafter precision.
+    Quantize {
+        input: PathBuf,
+        output: PathBuf,
+        /// Target type: q4_0, q4_1, q5_0, q5_1 or q8_0.
+        #[arg(long = "type", value_name = "TYPE")]
+        ty: String,
+        /// Leave tensors whose names start with one of these prefixes as they are.
+        #[arg(long, value_delimiter = ',', value_name = "PREFIX,...")]
+        keep: Vec<String>,
+    },
     /// Measure prefill and decode throughput at context frontiers (CSV on stdout).
     Bench(BenchArgs),
     /// Perplexity of a text file (llama.cpp's chunked method).

@@ -40,6 +40,7 @@ fn run(cli: Cli) -> Result<()> {
         None => chat::run(&cli.run),
         Some(Cmd::Inspect { file, all, same_tensors: None }) => inspect::run(&file, all),
         Some(Cmd::Inspect { file, same_tensors: Some(other), .. }) => inspect::same_tensors(&file, &other),
+        Some(Cmd::Quantize { input, output, ty, keep }) => inspect::quantize(&input, &output, &ty, &keep),
         Some(Cmd::Bench(b)) => bench::run(&b),
         Some(Cmd::Perplexity(p)) => bench::perplexity_cmd(&p),
         Some(Cmd::VerifySpec(v)) => verify::run(&v),

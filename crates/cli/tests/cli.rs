@@ -230,3 +230,42 @@ fn bench_rounds_report_median_and_pooled_table() {
     assert!(!bad.status.success());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `tandem quantize`: the committed DSpark drafter's Q8_0 matrices as Q4_1
+/// (the Markov input table kept by name), then a speculative decode with the
+/// copy: it loads as a DSpark drafter and the output equals plain decoding.
+#[test]
+fn quantized_drafter_loads_and_output_equals_plain() {
+    let dspark = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-dspark.gguf");
+    let dir = std::env::temp_dir().join(format!("tandem-cli-quant-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("dspark-q4_1.gguf");
+    let (_, err) = run_ok(&["quantize", dspark.to_str().unwrap(), out.to_str().unwrap(), "--type", "q4_1", "--keep", "markov_w1"]);
+    assert!(err.contains("converted to Q4_1"), "{err}");
+    let (table, _) = run_ok(&["inspect", out.to_str().unwrap()]);
+    let ty = |name: &str| table.lines().find(|l| l.trim_start().starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("").to_string();
+    assert_eq!(ty("output.weight"), "Q4_1", "{table}");
+    assert_eq!(ty("fc.weight"), "Q4_1", "{table}");
+    assert_eq!(ty("markov_w1.weight"), "Q8_0", "{table}");
+    assert_eq!(ty("conf_proj.weight"), "F32", "{table}");
+    assert!(table.contains("tandem.requantized_to = \"q4_1\""), "{table}");
+    let base = ["-p", "List four fruits.", "-n", "24", "--temp", "0", "-t", "2"];
+    let (plain, _) = run_ok(&base);
+    let mut args = base.to_vec();
+    args.extend(["--mtp", out.to_str().unwrap(), "--dspark", "--spec-require", "--spec-stats"]);
+    let (spec, err) = run_ok(&args);
+    assert_eq!(spec, plain);
+    assert!(err.contains("spec: cycles"), "{err}");
+    // a bad type and an input that is not GGUF are errors, not panics
+    for args in [
+        vec!["quantize", dspark.to_str().unwrap(), dir.join("x.gguf").to_str().unwrap(), "--type", "q3_k"],
+        vec!["quantize", "/nonexistent.gguf", dir.join("y.gguf").to_str().unwrap(), "--type", "q4_1"],
+        vec!["quantize", out.to_str().unwrap(), out.to_str().unwrap(), "--type", "q4_0"],
+    ] {
+        let o = tandem().args(&args).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.starts_with("error:") && !e.contains("panicked"), "{e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod fetch;
 pub mod perplexity;
 pub mod prompts;
+pub mod requantize;
 mod session;
 pub mod speculation;
 
