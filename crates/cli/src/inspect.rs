@@ -40,23 +40,3 @@ pub fn same_tensors(a: &Path, b: &Path) -> Result<()> {
     println!("{} and {}: the same {} tensors (names, types, shapes, bytes)", a.display(), b.display(), ga.tensors.len());
     Ok(())
 }
-
-/// `tandem quantize`: the conversion and a line per converted tensor (stderr).
-pub fn quantize(input: &Path, output: &Path, ty: &str, keep: &[String]) -> Result<()> {
-    use tandem_engine::requantize::{parse_target, requantize_file};
-    let to = parse_target(ty).with_context(|| format!("--type {ty}: choose q4_0, q4_1, q5_0, q5_1 or q8_0"))?;
-    let done = requantize_file(input, output, to, keep)?;
-    let (before, after) = done.iter().fold((0, 0), |(a, b), c| (a + c.bytes_before, b + c.bytes_after));
-    for c in &done {
-        eprintln!("  {:<36} {} -> {}  {} -> {} bytes", c.name, c.from.name(), to.name(), c.bytes_before, c.bytes_after);
-    }
-    eprintln!(
-        "wrote {}: {} tensors converted to {} ({:.1} MiB -> {:.1} MiB), the rest copied",
-        output.display(),
-        done.len(),
-        to.name(),
-        before as f64 / (1 << 20) as f64,
-        after as f64 / (1 << 20) as f64
-    );
-    Ok(())
-}

@@ -1,4 +1,4 @@
-//! `tandem`: run, chat, inspect, benchmark and measure models.
+//! `tandem`: run, chat, inspect, quantize, benchmark and measure models.
 //!
 //! stdout carries only generated text (so it can be piped); everything else —
 //! load messages, statistics, progress — goes to stderr.
@@ -7,6 +7,7 @@ mod args;
 mod bench;
 mod chat;
 mod inspect;
+mod quantize;
 mod train;
 mod serve;
 mod verify;
@@ -40,7 +41,7 @@ fn run(cli: Cli) -> Result<()> {
         None => chat::run(&cli.run),
         Some(Cmd::Inspect { file, all, same_tensors: None }) => inspect::run(&file, all),
         Some(Cmd::Inspect { file, same_tensors: Some(other), .. }) => inspect::same_tensors(&file, &other),
-        Some(Cmd::Quantize { input, output, ty, keep }) => inspect::quantize(&input, &output, &ty, &keep),
+        Some(Cmd::Quantize { input, output, ty, keep }) => quantize::run(&input, &output, &ty, &keep),
         Some(Cmd::Bench(b)) => bench::run(&b),
         Some(Cmd::Perplexity(p)) => bench::perplexity_cmd(&p),
         Some(Cmd::VerifySpec(v)) => verify::run(&v),
