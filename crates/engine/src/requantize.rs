@@ -53,23 +53,19 @@ fn is_block_quant(ty: GgmlType) -> bool {
     )
 }
 
+/// The types `quantize_row` writes, the targets of a conversion.
+pub const TARGETS: [GgmlType; 5] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
+
 /// Parse a type name as the CLI takes it (`q4_1`, case-insensitive).
 pub fn parse_target(s: &str) -> Option<GgmlType> {
-    match s.to_ascii_lowercase().as_str() {
-        "q4_0" => Some(GgmlType::Q4_0),
-        "q4_1" => Some(GgmlType::Q4_1),
-        "q5_0" => Some(GgmlType::Q5_0),
-        "q5_1" => Some(GgmlType::Q5_1),
-        "q8_0" => Some(GgmlType::Q8_0),
-        _ => None,
-    }
+    TARGETS.into_iter().find(|t| t.name().eq_ignore_ascii_case(s))
 }
 
 /// Build the re-quantized file in memory: every block-quantized tensor not
 /// already of type `to`, and whose name does not start with one of `keep`,
 /// becomes `to`. Returns the writer and what was converted, in file order.
 pub fn requantize(src: &Gguf, to: GgmlType, keep: &[String]) -> Result<(GgufWriter, Vec<Converted>), RequantizeError> {
-    if parse_target(to.name()).is_none() {
+    if !TARGETS.contains(&to) {
         return Err(RequantizeError::UnsupportedTarget(to));
     }
     let mut w = GgufWriter::new();
