@@ -143,12 +143,19 @@ pub struct TrainDsparkArgs {
     /// instead of candle's element-wise ops: faster, not the same bits.
     #[arg(long)]
     pub fused_loss: bool,
-    /// Share of each sequence's anchors drawn with weight 1 − p (p: the
+    /// Share of each sequence's drawn anchors (the seeds, with
+    /// --chain-anchors) drawn with weight 1 − p (p: the
     /// target's probability of its own greedy token at the position before
     /// the anchor), the rest uniformly: decoding starts its cycles after
     /// the drafter's misses, which fall where the target is unsure.
     #[arg(long, default_value_t = 0.0, value_name = "F")]
     pub hard_anchors: f32,
+    /// Chained anchors: draw anchors/(1+H) seeds per sequence, then H hops,
+    /// each adding the anchors that decoding with full blocks takes next
+    /// under the drafter being trained (one past its first miss), so that
+    /// training meets the cycle starts decoding meets. 0: off.
+    #[arg(long, default_value_t = 0, value_name = "H")]
+    pub chain_anchors: usize,
     /// Sequences per optimiser step.
     #[arg(long, default_value_t = 4)]
     pub batch: usize,

@@ -182,6 +182,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
         soft_ce: a.soft_ce,
         fused_loss: a.fused_loss,
         hard_anchors: a.hard_anchors,
+        chain_anchors: a.chain_anchors,
         seqs_per_step: a.batch,
         steps: a.steps,
         lr: a.lr,

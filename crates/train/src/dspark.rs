@@ -85,6 +85,13 @@ pub struct DSparkTrainConfig {
     /// its cycles right after the drafter's misses (the decoding walk of
     /// [`DSparkReport`]), which the target's uncertainty stands in for.
     pub hard_anchors: f32,
+    /// Hops of chained anchors: a sequence's anchors are drawn as
+    /// `anchors / (1 + hops)` seeds (as above), then each hop adds, for every
+    /// anchor of the hop before, the anchor decoding with full blocks would
+    /// take next under the drafter being trained (one past its first
+    /// missed slot). Those are the cycle starts that follow a miss, where
+    /// decoding starts most of its cycles. 0: off.
+    pub chain_anchors: usize,
     /// Sequences per optimiser step.
     pub seqs_per_step: usize,
     pub steps: usize,
@@ -684,9 +691,15 @@ impl DSparkNet {
 
     /// Summed loss over the valid slots and their count.
     pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize)> {
+        self.loss_pred(b, t, ce_weight, soft_ce, fused, dev).map(|(l, c, _)| (l, c))
+    }
+
+    /// [`Self::loss`], plus the drafted token (argmax row) of every slot.
+    pub fn loss_pred(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize, Vec<u32>)> {
         let bs = self.cfg.block_size;
         let n = t.labels.len();
         let (_, logits, z) = self.forward(b, dev)?;
+        let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
         let pt = self.target_probs(&t.h_last, b, n, dev)?;
         let (mut cew, mut tvw, mut val, mut lab) = (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0u32; n]);
         let mut count = 0;
@@ -720,7 +733,7 @@ impl DSparkNet {
         let softplus = (z.relu()? + (z.abs()?.neg()?.exp()? + 1.0)?.log()?)?;
         let bce = (softplus - (soft * &z)?)?;
         let total = ((ce * tv(cew)?)? + (tvd * tv(tvw)?)? + (bce * tv(val)?)?)?.sum_all()?;
-        Ok((total, count))
+        Ok((total, count, pred))
     }
 }
 
@@ -946,6 +959,9 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     if !(0.0..=1.0).contains(&tc.hard_anchors) {
         bail!("--hard-anchors {}: need a share in 0..=1", tc.hard_anchors);
     }
+    if tc.chain_anchors >= tc.anchors.max(1) {
+        bail!("--chain-anchors {}: need fewer hops than --anchors {}", tc.chain_anchors, tc.anchors);
+    }
     if tc.copy_embed && init.cfg.copy_embed.is_empty() {
         if init.cfg.copy_ngram() == 0 {
             bail!("--copy-embed needs copy hints (--copy-ngram)");
@@ -1012,7 +1028,11 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             if cand.is_empty() {
                 continue;
             }
-            let k = tc.anchors.min(cand.len());
+            // with chained anchors, the drawn ones (the seeds) are a share of
+            // the budget and each hop spends another share on the anchors
+            // they lead to
+            let k = if tc.chain_anchors > 0 { (tc.anchors / (1 + tc.chain_anchors)).max(1) } else { tc.anchors };
+            let k = k.min(cand.len());
             let hard = (tc.hard_anchors * k as f32).round() as usize;
             if hard > 0 {
                 // weighted draws without replacement: the `hard` largest keys
@@ -1037,13 +1057,22 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             }
             cand.truncate(k);
             cand.sort_unstable();
-            let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
-            let (ls, c) = net.loss(&b, &t, tc.ce_weight, tc.soft_ce, tc.fused_loss, &dev)?;
-            count += c;
-            loss = Some(match loss {
-                None => ls,
-                Some(x) => (x + ls)?,
-            });
+            for hop in 0..=tc.chain_anchors {
+                let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
+                let (ls, c, pred) = net.loss_pred(&b, &t, tc.ce_weight, tc.soft_ce, tc.fused_loss, &dev)?;
+                count += c;
+                loss = Some(match loss {
+                    None => ls,
+                    Some(x) => (x + ls)?,
+                });
+                if hop == tc.chain_anchors {
+                    break;
+                }
+                cand = next_anchors(&cand, &pred, &t.labels, cfg.block_size, s.tokens.len());
+                if cand.is_empty() {
+                    break;
+                }
+            }
         }
         let Some(loss) = loss else { continue };
         let loss = (loss / count.max(1) as f64)?;
@@ -1115,6 +1144,25 @@ fn export(net: &DSparkNet, engine: &Engine, id: &TargetId, d2t: &[u32], tc: &DSp
 /// `run[j]` slots: each cycle commits `run[j] + 1` tokens and the next
 /// anchor follows them. Adds the committed tokens and the per-slot accepted
 /// cycles to the totals and returns the number of cycles.
+/// The anchors decoding with full blocks takes after each of `anchors`: one
+/// past the first slot whose drafted token `pred` misses its label (past the
+/// bonus token when none does), kept when inside the sequence (`len`
+/// tokens); sorted, without repeats.
+fn next_anchors(anchors: &[usize], pred: &[u32], labels: &[u32], bs: usize, len: usize) -> Vec<usize> {
+    let mut next: Vec<usize> = anchors
+        .iter()
+        .enumerate()
+        .map(|(k, &a)| {
+            let ok = (0..bs).take_while(|&i| labels[k * bs + i] != u32::MAX && pred[k * bs + i] == labels[k * bs + i]).count();
+            a + ok + 1
+        })
+        .filter(|&a| a < len)
+        .collect();
+    next.sort_unstable();
+    next.dedup();
+    next
+}
+
 fn decoding_walk(run: &[usize], committed: &mut u64, accepted: &mut [u64]) -> u64 {
     let (mut j, mut cycles) = (0, 0);
     while j < run.len() {
@@ -1215,7 +1263,7 @@ pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features
 
 #[cfg(test)]
 mod tests {
-    use super::decoding_walk;
+    use super::{decoding_walk, next_anchors};
 
     #[test]
     fn the_walk_jumps_over_committed_tokens() {
@@ -1229,5 +1277,20 @@ mod tests {
         let (mut committed, mut acc) = (0u64, vec![0u64; 4]);
         assert_eq!(decoding_walk(&[], &mut committed, &mut acc), 0);
         assert_eq!(committed, 0);
+    }
+
+    #[test]
+    fn chained_anchors_start_one_past_the_first_miss() {
+        // blocks of 2 at anchors 3, 5, 9 (labels 7 = right, 0 = wrong,
+        // MAX = past the end): 3 misses at once → 4; 5 misses its second
+        // slot → 7; 9 gets both right → 12, past a 12-token sequence
+        let pred = [0, 7, 7, 7, 7, 7];
+        let labels = [7, 7, 7, 0, 7, 7];
+        assert_eq!(next_anchors(&[3, 5, 9], &pred, &labels, 2, 12), vec![4, 7]);
+        assert_eq!(next_anchors(&[3, 5, 9], &pred, &labels, 2, 13), vec![4, 7, 12]);
+        // a slot past the end of the sequence (label MAX) ends the run, and
+        // two anchors that lead to the same place give it once
+        let labels = [u32::MAX, 7, 0, 7];
+        assert_eq!(next_anchors(&[3, 3], &[7, 7, 7, 7], &labels, 2, 12), vec![4]);
     }
 }
