@@ -1139,11 +1139,6 @@ fn export(net: &DSparkNet, engine: &Engine, id: &TargetId, d2t: &[u32], tc: &DSp
     Ok(())
 }
 
-/// The cycles that decoding with full blocks takes over a sequence whose
-/// anchor `j` (from the first generated position) has an accepted prefix of
-/// `run[j]` slots: each cycle commits `run[j] + 1` tokens and the next
-/// anchor follows them. Adds the committed tokens and the per-slot accepted
-/// cycles to the totals and returns the number of cycles.
 /// The anchors decoding with full blocks takes after each of `anchors`: one
 /// past the first slot whose drafted token `pred` misses its label (past the
 /// bonus token when none does), kept when inside the sequence (`len`
@@ -1163,6 +1158,11 @@ fn next_anchors(anchors: &[usize], pred: &[u32], labels: &[u32], bs: usize, len:
     next
 }
 
+/// The cycles that decoding with full blocks takes over a sequence whose
+/// anchor `j` (from the first generated position) has an accepted prefix of
+/// `run[j]` slots: each cycle commits `run[j] + 1` tokens and the next
+/// anchor follows them. Adds the committed tokens and the per-slot accepted
+/// cycles to the totals and returns the number of cycles.
 fn decoding_walk(run: &[usize], committed: &mut u64, accepted: &mut [u64]) -> u64 {
     let (mut j, mut cycles) = (0, 0);
     while j < run.len() {
