@@ -691,15 +691,15 @@ impl DSparkNet {
 
     /// Summed loss over the valid slots and their count.
     pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize)> {
-        self.loss_pred(b, t, ce_weight, soft_ce, fused, dev).map(|(l, c, _)| (l, c))
+        self.loss_logits(b, t, ce_weight, soft_ce, fused, dev).map(|(l, c, _)| (l, c))
     }
 
-    /// [`Self::loss`], plus the drafted token (argmax row) of every slot.
-    pub fn loss_pred(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize, Vec<u32>)> {
+    /// [`Self::loss`], plus the draft logits it was computed from (for
+    /// callers that want the drafted tokens, without an argmax for the rest).
+    pub fn loss_logits(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize, Tensor)> {
         let bs = self.cfg.block_size;
         let n = t.labels.len();
         let (_, logits, z) = self.forward(b, dev)?;
-        let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
         let pt = self.target_probs(&t.h_last, b, n, dev)?;
         let (mut cew, mut tvw, mut val, mut lab) = (vec![0f32; n], vec![0f32; n], vec![0f32; n], vec![0u32; n]);
         let mut count = 0;
@@ -733,7 +733,7 @@ impl DSparkNet {
         let softplus = (z.relu()? + (z.abs()?.neg()?.exp()? + 1.0)?.log()?)?;
         let bce = (softplus - (soft * &z)?)?;
         let total = ((ce * tv(cew)?)? + (tvd * tv(tvw)?)? + (bce * tv(val)?)?)?.sum_all()?;
-        Ok((total, count, pred))
+        Ok((total, count, logits))
     }
 }
 
@@ -1059,7 +1059,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             cand.sort_unstable();
             for hop in 0..=tc.chain_anchors {
                 let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
-                let (ls, c, pred) = net.loss_pred(&b, &t, tc.ce_weight, tc.soft_ce, tc.fused_loss, &dev)?;
+                let (ls, c, logits) = net.loss_logits(&b, &t, tc.ce_weight, tc.soft_ce, tc.fused_loss, &dev)?;
                 count += c;
                 loss = Some(match loss {
                     None => ls,
@@ -1068,6 +1068,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
                 if hop == tc.chain_anchors {
                     break;
                 }
+                let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
                 cand = next_anchors(&cand, &pred, &t.labels, cfg.block_size, s.tokens.len());
                 if cand.is_empty() {
                     break;
