@@ -457,8 +457,30 @@ pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
     }
 }
 
+/// How far ahead (bytes) the packed kernels prefetch their weight stream.
+const STREAM_AHEAD: usize = 2048;
+
+/// Prefetch the cache lines of `len` bytes at `p`. A hint only: it cannot
+/// fault, so `p` may point past the end of the weights.
+#[inline(always)]
+unsafe fn prefetch_stream(p: *const u8, len: usize) {
+    let mut o = 0;
+    while o < len {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+        o += 64;
+    }
+}
+
 /// Packed Q4x8 kernel: MR activation rows × the 8 columns of group `grp`
 /// (see `pack`); mirrors `pack::dot_q4x8_scalar` lane for lane.
+///
+/// AVX2 has 16 vector registers, so the kernel keeps few values live: each
+/// 32-byte chunk of quants is unpacked where it is used (low nibbles, then
+/// high), the rows' int16 sums and scaled accumulators stay in registers, and
+/// the mins (`m · a.s`, a sum of their own) run in a second pass over the
+/// blocks. Each accumulator sees the same fused multiply-adds in block order
+/// as the twin; the integer sums are exact in any order (eight pairs of at
+/// most 2·15·127 fit in i16).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
@@ -468,23 +490,39 @@ pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR],
     let m4 = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); MR];
+    for b in 0..nb {
+        let p = grp.as_ptr().add(b * Q4X8_BLOCK);
+        prefetch_stream(p.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
+        let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+        let mut s = [_mm256_setzero_si256(); MR];
+        // chunk j holds bytes 4j..4j+4 of each column: its low nibbles are
+        // elements 4j.. (activation word j), its high nibbles elements 16+4j..
+        // (activation word j + 4)
+        for j in 0..4 {
+            let pj = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+            let lo = _mm256_and_si256(pj, m4);
+            for m in 0..MR {
+                let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                s[m] = _mm256_add_epi16(s[m], _mm256_maddubs_epi16(lo, av));
+            }
+            let hi = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
+            for m in 0..MR {
+                let av = _mm256_set1_epi32(q[m].add(j + 4).read_unaligned());
+                s[m] = _mm256_add_epi16(s[m], _mm256_maddubs_epi16(hi, av));
+            }
+        }
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for m in 0..MR {
+            let isum = _mm256_madd_epi16(s[m], ones);
+            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+        }
+    }
     let mut summ = [_mm256_setzero_ps(); MR];
     for b in 0..nb {
-        let (dv, mv, r) = unpack_q4x8_block!(grp.as_ptr().add(b * Q4X8_BLOCK), m4);
+        let mv = _mm256_cvtph_ps(_mm_loadu_si128(grp.as_ptr().add(b * Q4X8_BLOCK + 16) as *const __m128i));
         for m in 0..MR {
-            let ab = a[m].get_unchecked(b);
-            let q = ab.qs.as_ptr() as *const i32;
-            // r[j] holds elements 4j..4j+4 of each column (low nibbles for j < 4,
-            // high nibbles = elements 16+4(j−4).. for j ≥ 4), i.e. activation word j
-            let mut s = _mm256_maddubs_epi16(r[0], _mm256_set1_epi32(q.read_unaligned()));
-            for j in 1..8 {
-                let av = _mm256_set1_epi32(q.add(j).read_unaligned());
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(r[j], av));
-            }
-            let isum = _mm256_madd_epi16(s, ones);
-            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
-            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
-            summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ab.s), summ[m]);
+            summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(a[m].get_unchecked(b).s), summ[m]);
         }
     }
     for m in 0..MR {
@@ -509,6 +547,7 @@ pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR],
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); MR];
     for b in 0..nb {
+        prefetch_stream(grp.as_ptr().wrapping_add(b * Q8X8_BLOCK + STREAM_AHEAD), Q8X8_BLOCK);
         let p = grp.as_ptr().add(b * Q8X8_BLOCK);
         let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
