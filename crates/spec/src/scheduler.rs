@@ -419,10 +419,14 @@ impl Scheduler {
 
     /// Committed tokens per second if up to `k` tokens are asked for and
     /// truncated as [`Self::truncate`] would, averaged over the recent
-    /// proposals that tell (total tokens over total time). A proposal that
-    /// stopped short of what was asked (a margin, a one-step head behind a
-    /// lookup) counts as it was: asked for more, the drafter stops there
-    /// too. One cut by its budget below `k` does not tell and is skipped.
+    /// proposals (total tokens over total time). A proposal that stopped
+    /// short of what was asked (a margin, a one-step head behind a lookup)
+    /// counts as it was: asked for more, the drafter stops there too. One
+    /// cut by its budget below `k` is extended with the running acceptance
+    /// estimates of the positions it did not reach. (Skipping those instead
+    /// trapped a block drafter at one token: once the budget asked for one,
+    /// the window soon held too few longer proposals to price two, so it
+    /// never asked for two again; BENCHMARKS.md §7o.)
     /// A proposal weighs [`CAL_DECAY`] less per cycle of age, like the
     /// calibration evidence.
     fn gated_rate(&self, k: usize) -> Option<f64> {
@@ -430,14 +434,13 @@ impl Scheduler {
         let mut alpha = Vec::with_capacity(k);
         for p in &self.recent {
             let v = &p.confidence;
-            if v.len() < k && v.len() >= p.asked {
-                continue;
-            }
+            let cut_by_budget = v.len() < k && v.len() >= p.asked;
             n += 1;
             let w = CAL_DECAY.powf(self.cycle.saturating_sub(p.cycle) as f64);
-            let kk = k.min(v.len());
+            let kk = if cut_by_budget { k.min(self.alpha.len()) } else { k.min(v.len()) };
             alpha.clear();
-            alpha.extend(v[..kk].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)));
+            alpha.extend(v[..kk.min(v.len())].iter().enumerate().map(|(i, &c)| self.calibrated(i, c)));
+            alpha.extend(self.alpha[alpha.len()..kk].iter().copied());
             let sunk = self.sunk_secs(kk);
             let j = self.best(kk, &alpha, DraftCost::Sunk(sunk));
             tokens += w * expected_tokens(&alpha[..j]);
@@ -843,6 +846,23 @@ mod tests {
         }
         assert!((s.calibrated(0, 0.2) - 0.05).abs() < 0.06, "{}", s.calibrated(0, 0.2));
         assert!((s.calibrated(0, 0.6) - 0.9).abs() < 0.06, "{}", s.calibrated(0, 0.6));
+    }
+
+    #[test]
+    fn proposals_cut_by_the_budget_still_price_longer_ones() {
+        let mut s = sched();
+        s.set_fixed_draft_cost(true);
+        s.observe_draft(4, 0.001);
+        // right 90% of the time at the first two positions, but every recent
+        // proposal was asked for one token only
+        for _ in 0..200 {
+            s.observe_acceptance(2, 2);
+        }
+        for _ in 0..RECENT {
+            s.observe_confidence(&[0.9], 1);
+            s.observe_proposal(&[0.9], 1);
+        }
+        assert!(s.budget(4) >= 2, "stuck at one-token proposals");
     }
 
     #[test]
