@@ -111,7 +111,8 @@ pub struct Scheduler {
     /// them). Proposing is worth its cost when truncation by confidence would
     /// pay on such drafts, even if the average acceptance alone would not.
     /// Each with the length that was asked for (a proposal cut by its
-    /// budget says nothing about longer ones) and the cycle it was made in
+    /// budget is priced beyond its length with the running acceptance
+    /// estimates, see `gated_rate`) and the cycle it was made in
     /// (older ones weigh less: while proposals are rare, the window reaches
     /// back over other text).
     recent: std::collections::VecDeque<Proposal>,
