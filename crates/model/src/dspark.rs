@@ -1026,29 +1026,48 @@ impl DSparkModel {
 
     /// One Markov step: add `w2 · w1[prev]` to `logits` (a slot's base
     /// logits, draft vocabulary) and return the slot's confidence
-    /// σ(conf · [e; w1[prev]] + b) (None without a confidence head).
+    /// σ(conf · [e; w1[prev]] + b) (None without a confidence head):
+    /// [`Self::markov_confidence`] and then [`Self::markov_logits`].
+    pub fn markov(&self, pool: &ThreadPool, prev: u32, hint: Option<(u32, usize)>, e: &[f32], logits: &mut Vec<f32>) -> Result<Option<f32>, ModelError> {
+        let c = self.markov_confidence(prev, hint, e)?;
+        self.markov_logits(pool, prev, hint, e, logits)?;
+        Ok(c)
+    }
+
+    /// A slot's confidence σ(conf · [e; w1[prev]] + b), plus
+    /// `copy_conf_bias[n − 1]` with a copy `hint` of length n (None without
+    /// a confidence head). It needs only `w1`'s row, so a drafter can decide
+    /// whether to continue before it pays for the slot's logits.
+    pub fn markov_confidence(&self, prev: u32, hint: Option<(u32, usize)>, e: &[f32]) -> Result<Option<f32>, ModelError> {
+        let c = &self.cfg;
+        self.check_markov_inputs(prev, hint)?;
+        let Some((cw, cb)) = self.conf.as_ref() else {
+            return Ok(None);
+        };
+        let mut w = vec![0f32; c.markov_rank];
+        self.w1.view(&self.gguf).row_f32(prev as usize, &mut w);
+        let hz = hint.map_or(0.0, |(_, n)| c.copy_conf_bias[n - 1]);
+        let z = ops::dot_f32(&cw[..c.d_model], e) + ops::dot_f32(&cw[c.d_model..], &w) + cb + hz;
+        Ok(Some(1.0 / (1.0 + (-z).exp())))
+    }
+
+    /// A slot's Markov-corrected logits: add `w2 · w1[prev]` to `logits` (its
+    /// base logits over the draft vocabulary).
     ///
     /// With a copy `hint` from [`Self::copy_hint`], `copy_bias[n − 1]` goes
-    /// on the hinted token's row and `copy_conf_bias[n − 1]` into the
-    /// confidence; a hinted token outside the draft vocabulary gets a logit
-    /// of its own appended after the draft rows (the target head's row for
-    /// it · e, plus the bias), so `logits[draft_vocab]` then stands for it.
-    pub fn markov(&self, pool: &ThreadPool, prev: u32, hint: Option<(u32, usize)>, e: &[f32], logits: &mut Vec<f32>) -> Result<Option<f32>, ModelError> {
+    /// on the hinted token's row; a hinted token outside the draft
+    /// vocabulary gets a logit of its own appended after the draft rows (the
+    /// target head's row for it · e, plus the bias), so `logits[draft_vocab]`
+    /// then stands for it.
+    pub fn markov_logits(&self, pool: &ThreadPool, prev: u32, hint: Option<(u32, usize)>, e: &[f32], logits: &mut Vec<f32>) -> Result<(), ModelError> {
         let c = &self.cfg;
-        if prev as usize >= self.target.cfg.vocab {
-            return Err(ModelError::BadToken { id: prev, vocab: self.target.cfg.vocab });
-        }
-        let r = c.markov_rank;
-        let mut w = vec![0f32; r];
+        self.check_markov_inputs(prev, hint)?;
+        let mut w = vec![0f32; c.markov_rank];
         self.w1.view(&self.gguf).row_f32(prev as usize, &mut w);
         let mut bias = vec![0f32; c.draft_vocab];
         matmul(pool, &self.w2.view(&self.gguf), &w, 1, &mut bias);
         logits.iter_mut().zip(&bias).for_each(|(l, b)| *l += b);
-        let mut hz = 0.0;
         if let Some((tok, n)) = hint {
-            if tok as usize >= self.target.cfg.vocab || n == 0 || n > c.copy_ngram() {
-                return Err(ModelError::BadConfig(format!("dspark: copy hint (token {tok}, length {n}) out of range")));
-            }
             let b = c.copy_bias[n - 1];
             match self.t2d[tok as usize] {
                 u32::MAX => {
@@ -1060,12 +1079,21 @@ impl DSparkModel {
                 }
                 row => logits[row as usize] += b,
             }
-            hz = c.copy_conf_bias[n - 1];
         }
-        Ok(self.conf.as_ref().map(|(cw, cb)| {
-            let z = ops::dot_f32(&cw[..c.d_model], e) + ops::dot_f32(&cw[c.d_model..], &w) + cb + hz;
-            1.0 / (1.0 + (-z).exp())
-        }))
+        Ok(())
+    }
+
+    fn check_markov_inputs(&self, prev: u32, hint: Option<(u32, usize)>) -> Result<(), ModelError> {
+        let c = &self.cfg;
+        if prev as usize >= self.target.cfg.vocab {
+            return Err(ModelError::BadToken { id: prev, vocab: self.target.cfg.vocab });
+        }
+        if let Some((tok, n)) = hint {
+            if tok as usize >= self.target.cfg.vocab || n == 0 || n > c.copy_ngram() {
+                return Err(ModelError::BadConfig(format!("dspark: copy hint (token {tok}, length {n}) out of range")));
+            }
+        }
+        Ok(())
     }
 }
 
