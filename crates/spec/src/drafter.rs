@@ -58,6 +58,28 @@ pub trait Drafter: Send {
         out: &mut Draft,
     ) -> Result<(), SpecError>;
 
+    /// [`propose`](Drafter::propose), asking `more` before each token is
+    /// chosen whether the proposal is still worth extending: `more` gets the
+    /// confidences of the tokens so far and the next one's (computed before
+    /// that token is chosen), and false ends the proposal before that token.
+    /// Only drafters with confidences whose proposals cost more the longer
+    /// they are use it (a block drafter's Markov chain); the default ignores
+    /// it. A proposal cut this way is what truncation would have kept of the
+    /// longer one, so the cut saves work and changes nothing else.
+    #[allow(clippy::too_many_arguments)]
+    fn propose_until(
+        &mut self,
+        history: &[u32],
+        next: u32,
+        max: usize,
+        params: &SamplerParams,
+        rng: &mut Rng,
+        out: &mut Draft,
+        _more: &dyn Fn(&[f32]) -> bool,
+    ) -> Result<(), SpecError> {
+        self.propose(history, next, max, params, rng, out)
+    }
+
     /// A proposal that costs next to nothing (a lookup in front of a model
     /// drafter), asked for every cycle before the scheduler picks a budget,
     /// with confidences that are the drafter's own measured acceptance per

@@ -46,6 +46,8 @@ pub struct DSparkDrafter {
     logits: Vec<f32>,
     /// The history, the anchor and the drafts so far (copy hints only).
     text: Vec<u32>,
+    /// The confidences of a proposal so far and of its next slot.
+    seen: Vec<f32>,
 }
 
 impl DSparkDrafter {
@@ -77,6 +79,7 @@ impl DSparkDrafter {
             e: Vec::new(),
             base: Vec::new(),
             logits: Vec::new(),
+            seen: Vec::new(),
             text: Vec::new(),
         })
     }
@@ -193,6 +196,19 @@ impl Drafter for DSparkDrafter {
         rng: &mut Rng,
         out: &mut Draft,
     ) -> Result<(), SpecError> {
+        self.propose_until(history, next, max, params, rng, out, &|_| true)
+    }
+
+    fn propose_until(
+        &mut self,
+        history: &[u32],
+        next: u32,
+        max: usize,
+        params: &SamplerParams,
+        rng: &mut Rng,
+        out: &mut Draft,
+        more: &dyn Fn(&[f32]) -> bool,
+    ) -> Result<(), SpecError> {
         out.clear();
         let n = history.len();
         if max == 0 || n == 0 || self.known() < n {
@@ -228,13 +244,22 @@ impl Drafter for DSparkDrafter {
             self.logits.extend_from_slice(&self.base[i * dv..(i + 1) * dv]);
             // the first step's text is the one hint0 was found in
             let hint = if j == 0 { hint0 } else if hints { self.model.copy_hint(&self.text) } else { None };
-            let conf = self.model.markov(&self.pool, prev, hint, &self.e[i * d..(i + 1) * d], &mut self.logits)?;
-            if let (Some(cut), Some(c)) = (self.opts.confidence, conf) {
+            let e = &self.e[i * d..(i + 1) * d];
+            let conf = self.model.markov_confidence(prev, hint, e)?;
+            if let Some(c) = conf {
                 // decided before the token is chosen: truncation stays lossless
-                if c < cut {
+                if self.opts.confidence.is_some_and(|cut| c < cut) {
+                    break;
+                }
+                // the scheduler's cut, asked before the slot's logits are paid for
+                self.seen.clear();
+                self.seen.extend_from_slice(&out.confidence);
+                self.seen.push(c);
+                if !more(&self.seen) {
                     break;
                 }
             }
+            self.model.markov_logits(&self.pool, prev, hint, e, &mut self.logits)?;
             // a row after the draft rows is a copy hint outside them
             let model = &self.model;
             let row_token = |r: usize| if r < dv { model.to_target(r) } else { hint.map_or(0, |h| h.0) };

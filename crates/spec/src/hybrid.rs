@@ -111,7 +111,20 @@ impl Drafter for HybridDrafter {
         rng: &mut Rng,
         out: &mut Draft,
     ) -> Result<(), SpecError> {
-        self.model.propose(history, next, max, params, rng, out)?;
+        self.propose_until(history, next, max, params, rng, out, &|_| true)
+    }
+
+    fn propose_until(
+        &mut self,
+        history: &[u32],
+        next: u32,
+        max: usize,
+        params: &SamplerParams,
+        rng: &mut Rng,
+        out: &mut Draft,
+        more: &dyn Fn(&[f32]) -> bool,
+    ) -> Result<(), SpecError> {
+        self.model.propose_until(history, next, max, params, rng, out, more)?;
         self.last = if out.tokens.is_empty() { Source::None } else { Source::Model };
         if self.last == Source::Model {
             self.model_proposals += 1;

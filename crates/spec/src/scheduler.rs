@@ -342,7 +342,17 @@ impl Scheduler {
         }
         let alpha = self.alpha.clone();
         let k = if let Some(k) = self.gated_budget(offered) {
-            k
+            // a block drafter's pass costs the same whatever it is asked
+            // for: when drafting pays, ask for the whole block and let its
+            // confidences truncate it. A cap would also hide the later
+            // confidences, so nothing could show that it no longer pays
+            // (with a cap of one the scheduler verified one token in 95% of
+            // cycles where blocks of two paid 6% more; BENCHMARKS.md §7p)
+            if k > 0 && self.fixed_draft {
+                offered
+            } else {
+                k
+            }
         } else if self.fixed_draft {
             // one pass pays for the whole block, so the first draft token
             // alone may not pay while several do: take the best length
@@ -388,8 +398,13 @@ impl Scheduler {
         if !self.recent.is_empty() && self.recent.len() < MIN_RECENT {
             // a drafter with confidences: propose and verify (like a probe)
             // until there are enough proposals to price proposing and
-            // verified drafts to calibrate the confidences
-            self.probing = true;
+            // verified drafts to calibrate the confidences. A block drafter's
+            // proposal is truncated by its confidences as they are instead:
+            // probes of one token would only calibrate the first position,
+            // and the first 32 cycles are most of a short generation's
+            if !self.fixed_draft {
+                self.probing = true;
+            }
             return Some(offered);
         }
         let mut best: Option<(usize, f64)> = None;
@@ -467,6 +482,28 @@ impl Scheduler {
             return drafted.min(1);
         }
         k
+    }
+
+    /// Whether a proposal being drafted is worth extending by its next slot:
+    /// `confidence` holds the confidences of the slots drafted so far and,
+    /// last, the next slot's (computed before its token is chosen). True
+    /// when [`Self::truncate`] would keep that slot, so a drafter that stops
+    /// at the first false (see
+    /// [`Drafter::propose_until`](crate::Drafter::propose_until)) drafts
+    /// exactly what truncation keeps. The first slot is always drafted (a
+    /// probe may verify it). Prices the draft as sunk at the block's cost,
+    /// which is exact for drafters whose proposals cost the same at any
+    /// length.
+    pub fn extends(&self, confidence: &[f32]) -> bool {
+        let n = confidence.len();
+        if n <= 1 || !self.cfg.adaptive {
+            return true;
+        }
+        if self.probing {
+            return false;
+        }
+        let alpha: Vec<f64> = confidence.iter().enumerate().map(|(i, &c)| self.calibrated(i, c)).collect();
+        self.best(n, &alpha, DraftCost::Sunk(self.sunk_secs(n))) == n
     }
 
     /// Whether verifying `k` tokens of a free proposal beats what the cycle
@@ -864,6 +901,94 @@ mod tests {
             s.observe_proposal(&[0.9], 1);
         }
         assert!(s.budget(4) >= 2, "stuck at one-token proposals");
+    }
+
+    /// Costs of a forward of 1..=5 rows and of a block proposal, as
+    /// measured on this project's AVX2 machine (BENCHMARKS.md §7o, in plain
+    /// tokens).
+    fn block_sched() -> Scheduler {
+        let mut s = Scheduler::new(SchedulerConfig::default(), 5);
+        for (w, c) in [1.0, 1.07, 1.2, 1.4, 1.75].into_iter().enumerate() {
+            s.observe_verify(w + 1, c);
+        }
+        s.set_fixed_draft_cost(true);
+        s.observe_draft(4, 0.14);
+        s
+    }
+
+    #[test]
+    fn a_block_drafter_is_asked_for_the_whole_block() {
+        let mut s = block_sched();
+        // the running estimate of the second position has fallen (a run of
+        // misses there), and every recent proposal was asked for one token
+        for _ in 0..100 {
+            s.observe_acceptance(2, 1);
+        }
+        assert!(s.alpha()[1] < 0.05);
+        for _ in 0..RECENT {
+            s.observe_confidence(&[0.9], 1);
+            s.observe_proposal(&[0.9], 1);
+        }
+        // drafting pays, so the block is asked for whole; its confidences
+        // then decide what is verified
+        assert_eq!(s.budget(4), 4, "a block drafter capped below its block");
+        let conf = [0.9, 0.9, 0.9, 0.9];
+        s.observe_proposal(&conf, 4);
+        assert!(s.truncate(4, &conf) >= 2);
+    }
+
+    #[test]
+    fn a_block_drafter_warms_up_on_its_confidences() {
+        // (the first budget, with no proposal seen, comes from the prior)
+        let started = |fixed: bool| {
+            let mut s = block_sched();
+            s.set_fixed_draft_cost(fixed);
+            let k = s.budget(4);
+            s.observe_proposal(&[0.5; 4][..k], k);
+            s
+        };
+        // before enough proposals were seen to price them, a block drafter's
+        // proposal is truncated by its confidences (not probed at one token) ...
+        let mut s = started(true);
+        assert_eq!(s.budget(4), 4);
+        s.observe_proposal(&[0.95; 4], 4);
+        assert!(s.truncate(4, &[0.95; 4]) >= 2);
+        let mut s = started(true);
+        assert_eq!(s.budget(4), 4);
+        // (a sunk draft makes one more row worth it from about 7% on)
+        s.observe_proposal(&[0.02; 4], 4);
+        assert_eq!(s.truncate(4, &[0.02; 4]), 0);
+        // ... while a per-token drafter's is verified one token at a time
+        let mut s = started(false);
+        assert_eq!(s.budget(4), 4);
+        s.observe_proposal(&[0.95; 4], 4);
+        assert_eq!(s.truncate(4, &[0.95; 4]), 1);
+    }
+
+    #[test]
+    fn a_proposal_cut_by_extends_is_what_truncation_keeps() {
+        let mut s = block_sched();
+        for _ in 0..RECENT {
+            s.observe_proposal(&[0.6, 0.6, 0.6, 0.6], 4);
+            s.observe_confidence(&[0.6, 0.6], 1);
+        }
+        let mut r = 7u32;
+        for _ in 0..500 {
+            let conf: Vec<f32> = (0..4)
+                .map(|_| {
+                    r = r.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    (r >> 16) as f32 / 65_536.0
+                })
+                .collect();
+            // the drafter drafts slot j while `extends` says so (slot 0 always)
+            let drafted = (1..=4).take_while(|&j| s.extends(&conf[..j])).last().unwrap();
+            let mut t = s.clone();
+            let k = t.truncate(drafted, &conf[..drafted]);
+            let mut u = s.clone();
+            let all = u.truncate(4, &conf);
+            assert_eq!(k, all, "{conf:?}: drafted {drafted}");
+            assert!(k == drafted || (drafted == 1 && k == 0), "{conf:?}: drafted {drafted}, kept {k}");
+        }
     }
 
     #[test]

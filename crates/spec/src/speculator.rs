@@ -246,7 +246,9 @@ impl Speculator {
         if budget > 0 {
             let t0 = Instant::now();
             let params = sampler.params.clone();
-            self.drafter.propose(history, t, budget, &params, sampler.rng(), &mut self.draft)?;
+            // a drafter that pays per slot stops where truncation would cut
+            let sched = &self.sched;
+            self.drafter.propose_until(history, t, budget, &params, sampler.rng(), &mut self.draft, &|c| sched.extends(c))?;
             draft_secs = t0.elapsed().as_secs_f64();
             // all the confidences a block drafter gave, before the budget cut
             self.sched.observe_proposal(&self.draft.confidence, budget);

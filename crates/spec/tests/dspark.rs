@@ -96,6 +96,46 @@ fn drafts_are_accepted_sometimes() {
     assert!(accepted > 0, "no draft was ever accepted");
 }
 
+/// A proposal that `more` stops is the prefix of the one the drafter makes
+/// unasked, and `more` saw the confidences of that prefix and of the slot
+/// it refused (computed before that slot's token was chosen).
+#[test]
+fn a_proposal_stops_where_asked() {
+    use tandem_spec::sampling::Rng;
+    use tandem_spec::{Draft, Drafter};
+    let m = target(3, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
+    let pool = Arc::new(ThreadPool::new(1));
+    let prompt: Vec<u32> = (0..10).map(|i| (i * 13) % 200 + 4).collect();
+    let dm = drafter_model(&m, 3, 4, None, true);
+    let mut d = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
+    let mut cache = m.new_cache(64);
+    let mut out = ForwardOutput::default();
+    m.forward(&pool, &mut cache, &prompt[..9], &LogitRows::Last, &d.taps(), &mut out).unwrap();
+    let hidden: Vec<&[f32]> = out.hidden.iter().map(|h| &h[..]).collect();
+    d.sync(&prompt[..9]).unwrap();
+    d.observe(0, 9, &hidden);
+    let params = SamplerParams::greedy();
+    let mut full = Draft::default();
+    d.propose(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut full).unwrap();
+    assert_eq!((full.tokens.len(), full.confidence.len()), (4, 4));
+    for stop in 0..=4 {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let more = |c: &[f32]| {
+            asked.borrow_mut().push(c.to_vec());
+            c.len() <= stop
+        };
+        let mut cut = Draft::default();
+        d.propose_until(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut cut, &more).unwrap();
+        assert_eq!(cut.tokens, full.tokens[..stop]);
+        assert_eq!(cut.confidence, full.confidence[..stop]);
+        let asked = asked.into_inner();
+        assert_eq!(asked.len(), (stop + 1).min(4));
+        for (j, a) in asked.iter().enumerate() {
+            assert_eq!(a[..], full.confidence[..=j]);
+        }
+    }
+}
+
 #[test]
 fn bad_options_are_errors() {
     let m = target(1, SyntheticSpec::default());
