@@ -55,6 +55,14 @@ const PROBE_OVERHEAD: f64 = 0.01;
 /// (BENCHMARKS.md §6h).
 const COST_REFRESH: usize = 64;
 
+/// Weight of a forward's surprise (log of measured over predicted time) in
+/// its width's relative cost, as a share of the moving-average weight that
+/// the machine's speed gets. Small, so that a drift of the whole machine
+/// seen through one width goes mostly (~92%) to the speed and leaves the
+/// ratios between widths nearly as they were; the ratios themselves are
+/// steadier than the machine and are learned over a few hundred forwards.
+const WIDTH_SHARE: f64 = 0.1;
+
 /// Settings.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
@@ -80,8 +88,15 @@ impl Default for SchedulerConfig {
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     pub cfg: SchedulerConfig,
-    /// Seconds per forward of w positions, index w (0 unused).
+    /// Cost of a forward of w positions, index w (0 unused), at the speed
+    /// factor `speed`: seconds = `speed · verify_cost[w]`.
     verify_cost: Vec<f64>,
+    /// How fast the machine is now, tracked by every forward whatever its
+    /// width. A width measured only now and then keeps its cost relative to
+    /// the others, instead of an absolute cost from another moment: on a
+    /// host whose speed drifts, absolute costs of rarely used widths went
+    /// stale and priced them out for good (BENCHMARKS.md §7p).
+    speed: f64,
     /// Measured widths (others are interpolated).
     measured: Vec<bool>,
     /// Seconds per drafted token (or per proposal when `fixed_draft`).
@@ -133,6 +148,7 @@ impl Scheduler {
             bin_hit: vec![[0.0; CONF_BINS]; n],
             cfg,
             verify_cost: vec![0.0; n + 1],
+            speed: 1.0,
             measured: vec![false; n + 1],
             draft_cost: 0.0,
             fixed_draft: false,
@@ -160,11 +176,20 @@ impl Scheduler {
         if width == 1 {
             self.one_row_age = 0;
         }
+        if !(secs > 0.0 && secs.is_finite()) {
+            return;
+        }
         if self.measured[width] {
-            let a = if stale { self.cfg.ema.max(0.5) } else { self.cfg.ema };
-            self.verify_cost[width] = (1.0 - a) * self.verify_cost[width] + a * secs;
+            // the surprise in log terms, shared out between the machine's
+            // speed (most of it: all widths drift together) and this width's
+            // relative cost
+            let e = (secs / (self.speed * self.verify_cost[width])).ln();
+            let a = self.cfg.ema;
+            let ar = if stale { a.max(0.5) } else { a * WIDTH_SHARE };
+            self.speed *= (a * e).exp();
+            self.verify_cost[width] *= ((ar - a * ar).max(0.0) * e).exp();
         } else {
-            self.verify_cost[width] = secs;
+            self.verify_cost[width] = secs / self.speed;
             self.measured[width] = true;
         }
     }
@@ -277,27 +302,36 @@ impl Scheduler {
         }
     }
 
-    /// Cost of a forward of `w` positions: measured, else interpolated linearly
-    /// from the nearest measured widths.
+    /// Cost of a forward of `w` positions now: its relative cost (measured,
+    /// else interpolated linearly from the nearest measured widths) times
+    /// the machine's present speed.
     pub fn verify_cost(&self, w: usize) -> f64 {
         let w = w.min(self.verify_cost.len() - 1).max(1);
+        if !self.measured[w] && !self.measured.iter().any(|&m| m) {
+            return 1.0;
+        }
+        self.speed * self.relative_cost(w)
+    }
+
+    fn relative_cost(&self, w: usize) -> f64 {
+        let c = &self.verify_cost;
         if self.measured[w] {
-            return self.verify_cost[w];
+            return c[w];
         }
         let lo = (1..w).rev().find(|&i| self.measured[i]);
-        let hi = (w + 1..self.verify_cost.len()).find(|&i| self.measured[i]);
+        let hi = (w + 1..c.len()).find(|&i| self.measured[i]);
         match (lo, hi) {
             (Some(l), Some(h)) => {
                 let t = (w - l) as f64 / (h - l) as f64;
-                self.verify_cost[l] * (1.0 - t) + self.verify_cost[h] * t
+                c[l] * (1.0 - t) + c[h] * t
             }
             (Some(l), None) => {
                 // extrapolate with the slope of the last two measured widths
                 let l0 = (1..l).rev().find(|&i| self.measured[i]);
-                let slope = l0.map(|p| (self.verify_cost[l] - self.verify_cost[p]) / (l - p) as f64).unwrap_or(self.verify_cost[l] * 0.3);
-                self.verify_cost[l] + slope * (w - l) as f64
+                let slope = l0.map(|p| (c[l] - c[p]) / (l - p) as f64).unwrap_or(c[l] * 0.3);
+                c[l] + slope * (w - l) as f64
             }
-            (None, Some(h)) => self.verify_cost[h],
+            (None, Some(h)) => c[h],
             (None, None) => 1.0,
         }
     }
@@ -989,6 +1023,28 @@ mod tests {
             assert_eq!(k, all, "{conf:?}: drafted {drafted}");
             assert!(k == drafted || (drafted == 1 && k == 0), "{conf:?}: drafted {drafted}, kept {k}");
         }
+    }
+
+    #[test]
+    fn costs_follow_the_machine_and_keep_their_ratios() {
+        let mut s = block_sched();
+        // the machine slows down by half; only two-row forwards are measured
+        for _ in 0..200 {
+            s.observe_verify(2, 1.07 * 1.5);
+        }
+        // the three-row cost, not measured since the profile, drifted along
+        // (all but the ~8% of the drift that the two-row ratio took)
+        let r = s.verify_cost(3) / s.verify_cost(2);
+        assert!((r / (1.2 / 1.07) - 1.0).abs() < 0.04, "ratio {r}");
+        assert!((s.verify_cost(2) - 1.605).abs() < 0.01, "{}", s.verify_cost(2));
+        assert!(s.verify_cost(3) > 1.2 * 1.4, "{}", s.verify_cost(3));
+        // a width that really is dearer than the profile said is learned
+        for _ in 0..400 {
+            s.observe_verify(3, 1.4 * 1.5);
+            s.observe_verify(2, 1.07 * 1.5);
+        }
+        let r = s.verify_cost(3) / s.verify_cost(2);
+        assert!((r / (1.4 / 1.07) - 1.0).abs() < 0.03, "ratio {r}");
     }
 
     #[test]
