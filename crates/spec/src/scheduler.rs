@@ -8,8 +8,8 @@
 //! ```
 //!
 //! where T_verify(w) is the measured cost of a forward pass of w positions
-//! (profiled on the first cycle, then tracked with an exponential moving
-//! average) and α_i the probability that draft position i is accepted given the
+//! (profiled on the first cycle, then tracked as the machine's present
+//! speed times a slowly learned ratio per width) and α_i the probability that draft position i is accepted given the
 //! ones before it: the drafter's confidence where it gives one, else a running
 //! per-position estimate. The decision never looks at the drafted tokens
 //! themselves (only at confidences, which depend on earlier tokens), so
