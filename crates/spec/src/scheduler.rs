@@ -31,6 +31,12 @@ const RATIO_DECAY: f64 = 0.95;
 /// Pseudo-observations of a ratio of 1 (the confidences as they are), which
 /// the per-position ratio returns to as its evidence ages.
 const RATIO_PRIOR: f64 = 0.5;
+/// Pseudo-observations of a ratio of 1 that a new scheduler's per-position
+/// sums start with. They age like real evidence, so they only steady the
+/// start: without them two early misses of a head that is right 70% of the
+/// time priced its drafts at a fifth of their confidence, and the first
+/// prompt of a run went plain for dozens of cycles (BENCHMARKS.md §7p).
+const RATIO_START: f64 = 4.0;
 /// Pseudo-count pulling a bin towards the per-position ratio.
 const BIN_PRIOR: f64 = 8.0;
 
@@ -142,8 +148,8 @@ impl Scheduler {
         let n = max_width + 1;
         Scheduler {
             alpha: vec![cfg.prior; n],
-            conf_pred: vec![0.0; n],
-            conf_obs: vec![0.0; n],
+            conf_pred: vec![RATIO_START; n],
+            conf_obs: vec![RATIO_START; n],
             bin_n: vec![[0.0; CONF_BINS]; n],
             bin_hit: vec![[0.0; CONF_BINS]; n],
             cfg,
@@ -1045,6 +1051,22 @@ mod tests {
         }
         let r = s.verify_cost(3) / s.verify_cost(2);
         assert!((r / (1.4 / 1.07) - 1.0).abs() < 0.03, "ratio {r}");
+    }
+
+    #[test]
+    fn two_early_misses_do_not_condemn_a_head() {
+        let mut s = block_sched();
+        s.observe_confidence(&[0.7], 0);
+        s.observe_confidence(&[0.7], 0);
+        let c = s.calibrated(0, 0.7);
+        assert!(c > 0.35, "{c}"); // (0.15 without the starting evidence)
+        // while a run of misses still does
+        for _ in 0..40 {
+            s.observe_confidence(&[0.7], 0);
+            s.end_cycle(true);
+        }
+        let c = s.calibrated(0, 0.7);
+        assert!(c < 0.15, "{c}");
     }
 
     #[test]
