@@ -93,16 +93,17 @@ fn main() {
     let mut speed = 0.0f64;
     let mut kept: Option<Scheduler> = None;
     for path in &logs {
-        let mut s = match kept.take() {
-            Some(s) => s,
-            None => Scheduler::new(SchedulerConfig::default(), block + 1),
-        };
-        s.set_fixed_draft_cost(true);
-        let mut widths: Vec<usize> = if profile_all { (1..=block + 1).collect() } else { [1, 2, 4, block + 1].into_iter().filter(|&w| w <= block + 1).collect() };
-        widths.dedup();
-        for &w in &widths {
-            s.observe_verify(w, costs[w - 1] * (speed + noise * gauss()).exp());
-        }
+        // a new scheduler starts with the profile, as the speculator's does
+        let mut s = kept.take().unwrap_or_else(|| {
+            let mut s = Scheduler::new(SchedulerConfig::default(), block + 1);
+            s.set_fixed_draft_cost(true);
+            let mut widths: Vec<usize> = if profile_all { (1..=block + 1).collect() } else { [1, 2, 4, block + 1].into_iter().filter(|&w| w <= block + 1).collect() };
+            widths.dedup();
+            for &w in &widths {
+                s.observe_verify(w, costs[w - 1] * (speed + noise * gauss()).exp());
+            }
+            s
+        });
         for c in parse(path).into_iter().filter(|c| c.conf.len() == block) {
             speed += drift * gauss();
             let f = (speed + noise * gauss()).exp();
