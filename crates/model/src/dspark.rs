@@ -1027,47 +1027,57 @@ impl DSparkModel {
     /// One Markov step: add `w2 · w1[prev]` to `logits` (a slot's base
     /// logits, draft vocabulary) and return the slot's confidence
     /// σ(conf · [e; w1[prev]] + b) (None without a confidence head):
-    /// [`Self::markov_confidence`] and then [`Self::markov_logits`].
+    /// [`Self::markov_input`], [`Self::markov_confidence`] and then
+    /// [`Self::markov_logits`].
     pub fn markov(&self, pool: &ThreadPool, prev: u32, hint: Option<(u32, usize)>, e: &[f32], logits: &mut Vec<f32>) -> Result<Option<f32>, ModelError> {
-        let c = self.markov_confidence(prev, hint, e)?;
-        self.markov_logits(pool, prev, hint, e, logits)?;
+        let m = self.markov_input(prev, hint)?;
+        let c = self.markov_confidence(&m, e);
+        self.markov_logits(pool, &m, e, logits)?;
         Ok(c)
     }
 
-    /// A slot's confidence σ(conf · [e; w1[prev]] + b), plus
-    /// `copy_conf_bias[n − 1]` with a copy `hint` of length n (None without
-    /// a confidence head). It needs only `w1`'s row, so a drafter can decide
-    /// whether to continue before it pays for the slot's logits.
-    pub fn markov_confidence(&self, prev: u32, hint: Option<(u32, usize)>, e: &[f32]) -> Result<Option<f32>, ModelError> {
+    /// What a slot's Markov step reads, checked once: `w1[prev]` and the
+    /// slot's copy hint (see [`Self::copy_hint`]).
+    pub fn markov_input(&self, prev: u32, hint: Option<(u32, usize)>) -> Result<MarkovInput, ModelError> {
         let c = &self.cfg;
-        self.check_markov_inputs(prev, hint)?;
-        let Some((cw, cb)) = self.conf.as_ref() else {
-            return Ok(None);
-        };
-        let mut w = vec![0f32; c.markov_rank];
-        self.w1.view(&self.gguf).row_f32(prev as usize, &mut w);
-        let hz = hint.map_or(0.0, |(_, n)| c.copy_conf_bias[n - 1]);
-        let z = ops::dot_f32(&cw[..c.d_model], e) + ops::dot_f32(&cw[c.d_model..], &w) + cb + hz;
-        Ok(Some(1.0 / (1.0 + (-z).exp())))
+        if prev as usize >= self.target.cfg.vocab {
+            return Err(ModelError::BadToken { id: prev, vocab: self.target.cfg.vocab });
+        }
+        if let Some((tok, n)) = hint {
+            if tok as usize >= self.target.cfg.vocab || n == 0 || n > c.copy_ngram() {
+                return Err(ModelError::BadConfig(format!("dspark: copy hint (token {tok}, length {n}) out of range")));
+            }
+        }
+        let mut w1 = vec![0f32; c.markov_rank];
+        self.w1.view(&self.gguf).row_f32(prev as usize, &mut w1);
+        Ok(MarkovInput { w1, hint })
+    }
+
+    /// A slot's confidence σ(conf · [e; w1[prev]] + b), plus
+    /// `copy_conf_bias[n − 1]` with a copy hint of length n (None without a
+    /// confidence head). It needs only `w1`'s row, so a drafter can decide
+    /// whether to continue before it pays for the slot's logits.
+    pub fn markov_confidence(&self, m: &MarkovInput, e: &[f32]) -> Option<f32> {
+        let c = &self.cfg;
+        let (cw, cb) = self.conf.as_ref()?;
+        let hz = m.hint.map_or(0.0, |(_, n)| c.copy_conf_bias[n - 1]);
+        let z = ops::dot_f32(&cw[..c.d_model], e) + ops::dot_f32(&cw[c.d_model..], &m.w1) + cb + hz;
+        Some(1.0 / (1.0 + (-z).exp()))
     }
 
     /// A slot's Markov-corrected logits: add `w2 · w1[prev]` to `logits` (its
     /// base logits over the draft vocabulary).
     ///
-    /// With a copy `hint` from [`Self::copy_hint`], `copy_bias[n − 1]` goes
-    /// on the hinted token's row; a hinted token outside the draft
-    /// vocabulary gets a logit of its own appended after the draft rows (the
-    /// target head's row for it · e, plus the bias), so `logits[draft_vocab]`
-    /// then stands for it.
-    pub fn markov_logits(&self, pool: &ThreadPool, prev: u32, hint: Option<(u32, usize)>, e: &[f32], logits: &mut Vec<f32>) -> Result<(), ModelError> {
+    /// With a copy hint, `copy_bias[n − 1]` goes on the hinted token's row; a
+    /// hinted token outside the draft vocabulary gets a logit of its own
+    /// appended after the draft rows (the target head's row for it · e, plus
+    /// the bias), so `logits[draft_vocab]` then stands for it.
+    pub fn markov_logits(&self, pool: &ThreadPool, m: &MarkovInput, e: &[f32], logits: &mut Vec<f32>) -> Result<(), ModelError> {
         let c = &self.cfg;
-        self.check_markov_inputs(prev, hint)?;
-        let mut w = vec![0f32; c.markov_rank];
-        self.w1.view(&self.gguf).row_f32(prev as usize, &mut w);
         let mut bias = vec![0f32; c.draft_vocab];
-        matmul(pool, &self.w2.view(&self.gguf), &w, 1, &mut bias);
+        matmul(pool, &self.w2.view(&self.gguf), &m.w1, 1, &mut bias);
         logits.iter_mut().zip(&bias).for_each(|(l, b)| *l += b);
-        if let Some((tok, n)) = hint {
+        if let Some((tok, n)) = m.hint {
             let b = c.copy_bias[n - 1];
             match self.t2d[tok as usize] {
                 u32::MAX => {
@@ -1082,19 +1092,12 @@ impl DSparkModel {
         }
         Ok(())
     }
+}
 
-    fn check_markov_inputs(&self, prev: u32, hint: Option<(u32, usize)>) -> Result<(), ModelError> {
-        let c = &self.cfg;
-        if prev as usize >= self.target.cfg.vocab {
-            return Err(ModelError::BadToken { id: prev, vocab: self.target.cfg.vocab });
-        }
-        if let Some((tok, n)) = hint {
-            if tok as usize >= self.target.cfg.vocab || n == 0 || n > c.copy_ngram() {
-                return Err(ModelError::BadConfig(format!("dspark: copy hint (token {tok}, length {n}) out of range")));
-            }
-        }
-        Ok(())
-    }
+/// A slot's Markov input, from [`DSparkModel::markov_input`].
+pub struct MarkovInput {
+    w1: Vec<f32>,
+    hint: Option<(u32, usize)>,
 }
 
 #[derive(Clone, Copy)]

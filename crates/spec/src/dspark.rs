@@ -245,7 +245,8 @@ impl Drafter for DSparkDrafter {
             // the first step's text is the one hint0 was found in
             let hint = if j == 0 { hint0 } else if hints { self.model.copy_hint(&self.text) } else { None };
             let e = &self.e[i * d..(i + 1) * d];
-            let conf = self.model.markov_confidence(prev, hint, e)?;
+            let m = self.model.markov_input(prev, hint)?;
+            let conf = self.model.markov_confidence(&m, e);
             if let Some(c) = conf {
                 // decided before the token is chosen: truncation stays lossless
                 if self.opts.confidence.is_some_and(|cut| c < cut) {
@@ -259,7 +260,7 @@ impl Drafter for DSparkDrafter {
                     break;
                 }
             }
-            self.model.markov_logits(&self.pool, prev, hint, e, &mut self.logits)?;
+            self.model.markov_logits(&self.pool, &m, e, &mut self.logits)?;
             // a row after the draft rows is a copy hint outside them
             let model = &self.model;
             let row_token = |r: usize| if r < dv { model.to_target(r) } else { hint.map_or(0, |h| h.0) };
