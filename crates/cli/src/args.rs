@@ -389,9 +389,10 @@ pub struct SpecArgs {
     /// DSpark: slots per draft pass (at most the trained block size; default: the trained size).
     #[arg(long, value_name = "N", help_heading = "Speculative decoding")]
     pub dspark_block_size: Option<usize>,
-    /// DSpark: stop a draft at the first position whose confidence is below F
-    /// (default: the scheduler picks the length from the confidences and the
-    /// measured verify cost per width).
+    /// DSpark: stop a draft at the first position whose confidence head is below F
+    /// (default: the scheduler picks the length from the measured verify cost
+    /// per width and the calibrated confidences: at temperature 0 the draft's
+    /// own probability of each token, else the confidence head).
     #[arg(long, value_name = "F", help_heading = "Speculative decoding")]
     pub dspark_confidence: Option<f32>,
     /// DSpark: load and validate the drafter but decode target-only (A/B checks).

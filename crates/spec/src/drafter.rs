@@ -11,8 +11,13 @@ pub struct Draft {
     pub tokens: Vec<u32>,
     /// Empty for deterministic drafts; else one sparse distribution per token.
     pub dists: Vec<Vec<(u32, f32)>>,
-    /// Empty when the drafter has no confidence estimate.
+    /// Empty when the drafter has no confidence estimate. What the
+    /// scheduler prices and calibrates; for DSpark at temperature 0 the
+    /// draft's own probability of the token, else its confidence head.
     pub confidence: Vec<f32>,
+    /// A DSpark drafter's confidence head per token (for logs; empty for
+    /// other drafters), whatever `confidence` holds.
+    pub head: Vec<f32>,
 }
 
 impl Draft {
@@ -20,12 +25,14 @@ impl Draft {
         self.tokens.clear();
         self.dists.clear();
         self.confidence.clear();
+        self.head.clear();
     }
     /// Keep the first `k` proposals.
     pub fn truncate(&mut self, k: usize) {
         self.tokens.truncate(k);
         self.dists.truncate(k);
         self.confidence.truncate(k);
+        self.head.truncate(k);
     }
 }
 
@@ -59,9 +66,11 @@ pub trait Drafter: Send {
     ) -> Result<(), SpecError>;
 
     /// [`propose`](Drafter::propose), asking `more` before each token is
-    /// chosen whether the proposal is still worth extending: `more` gets the
-    /// confidences of the tokens so far and the next one's (computed before
-    /// that token is chosen), and false ends the proposal before that token.
+    /// added whether the proposal is still worth extending: `more` gets the
+    /// confidences of the tokens so far and the next one's, and false ends
+    /// the proposal before that token. When sampling, that confidence must
+    /// be known before the token is drawn (so the cut stays lossless); at
+    /// temperature 0 any cut is lossless.
     /// Only drafters with confidences whose proposals cost more the longer
     /// they are use it (a block drafter's Markov chain); the default ignores
     /// it. A proposal cut this way is what truncation would have kept of the

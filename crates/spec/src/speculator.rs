@@ -273,9 +273,14 @@ impl Speculator {
             rec.push(CycleDraft { pos: cache.len(), anchor: t, tokens: self.draft.tokens.clone(), confidence: self.draft.confidence.clone(), free });
         }
         let k = if free { free_k } else { self.sched.truncate(proposed, &self.draft.confidence) };
-        let conf_log = if self.cfg.log && !self.draft.confidence.is_empty() {
-            let c: Vec<String> = self.draft.confidence.iter().map(|c| format!("{c:.2}")).collect();
-            format!(" conf=[{}]", c.join(","))
+        let conf_log = if self.cfg.log {
+            let list = |name: &str, v: &[f32]| {
+                let c: Vec<String> = v.iter().map(|c| format!("{c:.2}")).collect();
+                if v.is_empty() { String::new() } else { format!(" {name}=[{}]", c.join(",")) }
+            };
+            // a DSpark head's own confidences, where the scheduler was given others
+            let head = if self.draft.head == self.draft.confidence { &[][..] } else { &self.draft.head[..] };
+            list("conf", &self.draft.confidence) + &list("head", head)
         } else {
             String::new()
         };

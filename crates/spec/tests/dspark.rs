@@ -98,7 +98,8 @@ fn drafts_are_accepted_sometimes() {
 
 /// A proposal that `more` stops is the prefix of the one the drafter makes
 /// unasked, and `more` saw the confidences of that prefix and of the slot
-/// it refused (computed before that slot's token was chosen).
+/// it refused. At temperature 0 a confidence is the draft's own probability
+/// of its token, and the head's confidences come beside it.
 #[test]
 fn a_proposal_stops_where_asked() {
     use tandem_spec::sampling::Rng;
@@ -117,7 +118,9 @@ fn a_proposal_stops_where_asked() {
     let params = SamplerParams::greedy();
     let mut full = Draft::default();
     d.propose(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut full).unwrap();
-    assert_eq!((full.tokens.len(), full.confidence.len()), (4, 4));
+    assert_eq!((full.tokens.len(), full.confidence.len(), full.head.len()), (4, 4, 4));
+    assert!(full.confidence.iter().all(|&p| p > 0.0 && p <= 1.0), "{:?}", full.confidence);
+    assert_ne!(full.confidence, full.head);
     for stop in 0..=4 {
         let asked = std::cell::RefCell::new(Vec::new());
         let more = |c: &[f32]| {
@@ -128,12 +131,38 @@ fn a_proposal_stops_where_asked() {
         d.propose_until(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut cut, &more).unwrap();
         assert_eq!(cut.tokens, full.tokens[..stop]);
         assert_eq!(cut.confidence, full.confidence[..stop]);
+        assert_eq!(cut.head, full.head[..stop]);
         let asked = asked.into_inner();
         assert_eq!(asked.len(), (stop + 1).min(4));
         for (j, a) in asked.iter().enumerate() {
             assert_eq!(a[..], full.confidence[..=j]);
         }
     }
+}
+
+/// When sampling, a proposal is priced by the confidence head, whose value
+/// is known before the token is drawn (a cut by the token's own
+/// probability would bias the accepted tokens).
+#[test]
+fn sampled_proposals_are_priced_by_the_head() {
+    use tandem_spec::sampling::Rng;
+    use tandem_spec::{Draft, Drafter};
+    let m = target(3, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
+    let pool = Arc::new(ThreadPool::new(1));
+    let prompt: Vec<u32> = (0..10).map(|i| (i * 13) % 200 + 4).collect();
+    let dm = drafter_model(&m, 3, 4, None, false);
+    let mut d = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
+    let mut cache = m.new_cache(64);
+    let mut out = ForwardOutput::default();
+    m.forward(&pool, &mut cache, &prompt[..9], &LogitRows::Last, &d.taps(), &mut out).unwrap();
+    let hidden: Vec<&[f32]> = out.hidden.iter().map(|h| &h[..]).collect();
+    d.sync(&prompt[..9]).unwrap();
+    d.observe(0, 9, &hidden);
+    let params = SamplerParams { temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 };
+    let mut draft = Draft::default();
+    d.propose(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut draft).unwrap();
+    assert_eq!((draft.tokens.len(), draft.dists.len()), (4, 4));
+    assert_eq!(draft.confidence, draft.head);
 }
 
 #[test]
