@@ -96,6 +96,24 @@ fn drafts_are_accepted_sometimes() {
     assert!(accepted > 0, "no draft was ever accepted");
 }
 
+/// A block-4 drafter over a small target that has seen the first 9 of the
+/// 10 tokens returned (the 10th is the anchor).
+fn primed(hints: bool) -> (DSparkDrafter, Vec<u32>) {
+    use tandem_spec::Drafter;
+    let m = target(3, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
+    let pool = Arc::new(ThreadPool::new(1));
+    let prompt: Vec<u32> = (0..10).map(|i| (i * 13) % 200 + 4).collect();
+    let dm = drafter_model(&m, 3, 4, None, hints);
+    let mut d = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
+    let mut cache = m.new_cache(64);
+    let mut out = ForwardOutput::default();
+    m.forward(&pool, &mut cache, &prompt[..9], &LogitRows::Last, &d.taps(), &mut out).unwrap();
+    let hidden: Vec<&[f32]> = out.hidden.iter().map(|h| &h[..]).collect();
+    d.sync(&prompt[..9]).unwrap();
+    d.observe(0, 9, &hidden);
+    (d, prompt)
+}
+
 /// A proposal that `more` stops is the prefix of the one the drafter makes
 /// unasked, and `more` saw the confidences of that prefix and of the slot
 /// it refused. At temperature 0 a confidence is the draft's own probability
@@ -104,17 +122,7 @@ fn drafts_are_accepted_sometimes() {
 fn a_proposal_stops_where_asked() {
     use tandem_spec::sampling::Rng;
     use tandem_spec::{Draft, Drafter};
-    let m = target(3, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
-    let pool = Arc::new(ThreadPool::new(1));
-    let prompt: Vec<u32> = (0..10).map(|i| (i * 13) % 200 + 4).collect();
-    let dm = drafter_model(&m, 3, 4, None, true);
-    let mut d = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
-    let mut cache = m.new_cache(64);
-    let mut out = ForwardOutput::default();
-    m.forward(&pool, &mut cache, &prompt[..9], &LogitRows::Last, &d.taps(), &mut out).unwrap();
-    let hidden: Vec<&[f32]> = out.hidden.iter().map(|h| &h[..]).collect();
-    d.sync(&prompt[..9]).unwrap();
-    d.observe(0, 9, &hidden);
+    let (mut d, prompt) = primed(true);
     let params = SamplerParams::greedy();
     let mut full = Draft::default();
     d.propose(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut full).unwrap();
@@ -147,17 +155,7 @@ fn a_proposal_stops_where_asked() {
 fn sampled_proposals_are_priced_by_the_head() {
     use tandem_spec::sampling::Rng;
     use tandem_spec::{Draft, Drafter};
-    let m = target(3, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
-    let pool = Arc::new(ThreadPool::new(1));
-    let prompt: Vec<u32> = (0..10).map(|i| (i * 13) % 200 + 4).collect();
-    let dm = drafter_model(&m, 3, 4, None, false);
-    let mut d = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
-    let mut cache = m.new_cache(64);
-    let mut out = ForwardOutput::default();
-    m.forward(&pool, &mut cache, &prompt[..9], &LogitRows::Last, &d.taps(), &mut out).unwrap();
-    let hidden: Vec<&[f32]> = out.hidden.iter().map(|h| &h[..]).collect();
-    d.sync(&prompt[..9]).unwrap();
-    d.observe(0, 9, &hidden);
+    let (mut d, prompt) = primed(false);
     let params = SamplerParams { temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 };
     let mut draft = Draft::default();
     d.propose(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut draft).unwrap();
