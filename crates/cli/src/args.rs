@@ -49,8 +49,14 @@ pub enum Cmd {
     Bench(BenchArgs),
     /// Perplexity of a text file (llama.cpp's chunked method).
     Perplexity(PerplexityArgs),
-    /// Download the default model into models/ (verifies its sha256).
-    Fetch,
+    /// Download a catalogue model into models/ (the default model without
+    /// NAME): assembles its parts and verifies its size and sha256.
+    Fetch {
+        /// Catalogue name (`tandem models` lists them).
+        name: Option<String>,
+    },
+    /// List the models tandem can fetch by name, and which are here.
+    Models,
     /// Run a speculative generation, replay the committed tokens through plain
     /// decoding, and report the first divergence and the logit differences.
     VerifySpec(VerifySpecArgs),
@@ -76,8 +82,8 @@ pub enum TrainCmd {
 
 #[derive(Args, Debug, Clone)]
 pub struct TrainDsparkArgs {
-    /// Target model (default: the default model).
-    #[arg(long = "target", short = 'm')]
+    /// Target model: a GGUF file or a catalogue name (default: the default model).
+    #[arg(long = "target", short = 'm', value_name = "FILE|NAME")]
     pub target: Option<PathBuf>,
     /// Output support file.
     #[arg(long)]
@@ -181,8 +187,8 @@ pub struct TrainDsparkArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct TrainMtpArgs {
-    /// Target model (default: the default model).
-    #[arg(long = "target", short = 'm')]
+    /// Target model: a GGUF file or a catalogue name (default: the default model).
+    #[arg(long = "target", short = 'm', value_name = "FILE|NAME")]
     pub target: Option<PathBuf>,
     /// Output support file.
     #[arg(long)]
@@ -300,8 +306,9 @@ pub struct TrainHyper {
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Model file (GGUF). Default: SmolLM2-135M-Instruct Q4_1, fetched on first use.
-    #[arg(short = 'm', long = "model")]
+    /// Model: a GGUF file, or a catalogue name (`tandem models`) fetched on
+    /// first use. Default: smollm2-135m (SmolLM2-135M-Instruct Q4_1).
+    #[arg(short = 'm', long = "model", value_name = "FILE|NAME")]
     pub model: Option<PathBuf>,
     /// Worker threads (default: physical cores).
     #[arg(short = 't', long)]

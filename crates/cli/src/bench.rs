@@ -5,7 +5,6 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use tandem_engine::bench::{batch_costs, bench_frontier, BenchRow};
-use tandem_engine::fetch::DEFAULT_MODEL;
 use tandem_engine::perplexity::perplexity;
 use tandem_engine::prompts::{load_prompts, run_prompt_bench, PromptBenchReport, RoundsReport};
 
@@ -55,10 +54,7 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
     let prompts = load_prompts(path)?;
     let opts = a.spec.options();
     let engine = crate::load_engine(&a.model)?;
-    let model = match &a.model.model {
-        Some(p) => p.file_stem().unwrap_or_default().to_string_lossy().into_owned(),
-        None => DEFAULT_MODEL.file_name.trim_end_matches(".gguf").to_string(),
-    };
+    let model = crate::model_path(&a.model)?.file_stem().unwrap_or_default().to_string_lossy().into_owned();
     if !opts.enabled() {
         eprintln!("no drafter (--lookup, --draft-model or --mtp): measuring plain decoding only");
     }

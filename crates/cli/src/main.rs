@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
+use tandem_engine::fetch::{self, ensure_model, models_dir, DEFAULT_MODEL};
 use tandem_engine::Engine;
 
 use args::{Cli, Cmd, ModelArgs};
@@ -47,21 +47,58 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::VerifySpec(v)) => verify::run(&v),
         Some(Cmd::Train(t)) => train::run(t),
         Some(Cmd::Serve(s)) => serve::run(&s),
-        Some(Cmd::Fetch) => {
-            let p = ensure_model(&DEFAULT_MODEL, &models_dir(), true)?;
+        Some(Cmd::Fetch { name }) => {
+            let spec = match name.as_deref() {
+                Some(name) => catalogue_entry(name)?,
+                None => &DEFAULT_MODEL,
+            };
+            let p = ensure_model(spec, &models_dir(), true).with_context(|| format!("fetching {}", spec.name))?;
             eprintln!("model ready: {}", p.display());
+            Ok(())
+        }
+        Some(Cmd::Models) => {
+            list_models();
             Ok(())
         }
     }
 }
 
-/// The model file to use: `-m FILE`, or the default model (fetched on first use).
+/// The catalogue entry called `name`, or an error listing the names.
+fn catalogue_entry(name: &str) -> Result<&'static fetch::ModelSpec> {
+    fetch::find(name).ok_or_else(|| {
+        let names: Vec<_> = fetch::CATALOGUE.iter().map(|m| m.name).collect();
+        anyhow::anyhow!("unknown model name '{name}' (known: {})", names.join(", "))
+    })
+}
+
+/// `tandem models`: the catalogue, and which models are in the models directory.
+fn list_models() {
+    let dir = models_dir();
+    println!("{:<20} {:<8} {:>9}  {:<10} description", "name", "arch", "size", "fetched");
+    for m in fetch::CATALOGUE {
+        let state = match fetch::fetched(m, &dir) {
+            Some(true) => "yes",
+            Some(false) => "unverified",
+            None => "no",
+        };
+        let size = format!("{:.0} MB", m.size as f64 / 1e6);
+        println!("{:<20} {:<8} {:>9}  {:<10} {}", m.name, m.arch, size, state, m.description);
+    }
+    println!("models directory: {} (set {} to change it)", dir.display(), fetch::MODELS_DIR_ENV);
+}
+
+/// The model file to use: `-m FILE`, `-m NAME` from the catalogue, or the
+/// default model (both fetched on first use). A file wins over a name.
 pub fn model_path(m: &ModelArgs) -> Result<PathBuf> {
     match &m.model {
-        Some(p) => {
-            anyhow::ensure!(p.exists(), "model file not found: {}", p.display());
-            Ok(p.clone())
-        }
+        Some(p) if p.exists() => Ok(p.clone()),
+        Some(p) => match p.to_str().and_then(fetch::find) {
+            Some(spec) => ensure_model(spec, &models_dir(), true).with_context(|| format!("fetching {}", spec.name)),
+            None => anyhow::bail!(
+                "model file not found: {} (nor is it a catalogue name; `tandem models` lists them)",
+                p.display()
+            ),
+        },
         None => ensure_model(&DEFAULT_MODEL, &models_dir(), true).context("fetching the default model"),
     }
 }

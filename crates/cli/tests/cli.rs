@@ -269,3 +269,70 @@ fn quantized_drafter_loads_and_output_equals_plain() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Eight `tandem` processes started at once on an empty models directory (as
+/// tests or a user's `tandem serve` and `tandem -p` do on a new machine): all
+/// succeed with the same output, one of them downloads, the model verifies,
+/// and nothing but the model and its sidecar is left in the directory.
+#[test]
+fn concurrent_first_runs_on_an_empty_models_dir_all_succeed() {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-fetch-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            tandem()
+                .args(["-p", "Name three colors.", "-n", "4", "--temp", "0", "-t", "1"])
+                .env("TANDEM_MODELS_DIR", &dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start tandem")
+        })
+        .collect();
+    let outputs: Vec<_> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for o in &outputs {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let first = &outputs[0].stdout;
+    assert!(outputs.iter().all(|o| &o.stdout == first), "same greedy output from every process");
+    let downloads = outputs
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("Fetching "))
+        .count();
+    assert_eq!(downloads, 1, "exactly one process downloads");
+
+    let spec = &tandem_engine::fetch::DEFAULT_MODEL;
+    let mut left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [spec.file_name.to_string(), format!("{}.sha256", spec.file_name)]);
+    // Verify by hashing (not by the sidecar the fetch wrote).
+    std::fs::remove_file(dir.join(format!("{}.sha256", spec.file_name))).unwrap();
+    let p = tandem_engine::fetch::ensure_model(spec, &dir, false).unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), spec.size);
+    assert_eq!(tandem_engine::fetch::fetched(spec, &dir), Some(true));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `tandem models` lists the catalogue; `-m NAME` runs a catalogue model; an
+/// unknown name is a clear error that points at the list.
+#[test]
+fn catalogue_names_are_listed_and_accepted() {
+    let (out, _) = run_ok(&["models"]);
+    assert!(out.contains("smollm2-135m") && out.contains("qwen2.5-coder-0.5b"), "{out}");
+    assert!(out.contains("models directory:"), "{out}");
+    let base = ["-p", "Name three colors.", "-n", "8", "--temp", "0"];
+    let (plain, _) = run_ok(&base);
+    let mut named = base.to_vec();
+    named.extend(["-m", "smollm2-135m"]);
+    assert_eq!(run_ok(&named).0, plain);
+    for args in [vec!["-m", "no-such-model", "-p", "x"], vec!["fetch", "no-such-model"]] {
+        let o = tandem().args(&args).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains("no-such-model") && !e.contains("panicked"), "{e}");
+    }
+}
