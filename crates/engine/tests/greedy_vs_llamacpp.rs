@@ -1,5 +1,5 @@
 //! Greedy decoding against llama.cpp's reference continuations
-//! (../shared/vectors/greedy_smollm2.jsonl, same GGUF).
+//! (tests/data/greedy_smollm2.jsonl, same GGUF).
 //!
 //! For every prompt the first 32 generated ids must equal llama.cpp's, except
 //! that at a step where llama.cpp's top-2 log-probs are within 0.1 (a near tie)
@@ -30,7 +30,7 @@ const REGRESSION_GAP: f64 = 0.45;
 
 #[test]
 fn greedy_matches_llamacpp() {
-    let vectors = common::read_jsonl(&common::shared_dir().join("vectors/greedy_smollm2.jsonl"));
+    let vectors = common::read_jsonl(&common::data_dir().join("greedy_smollm2.jsonl"));
     assert_eq!(vectors.len(), 24);
     let strict = std::env::var("TANDEM_LLAMACPP_PARITY").map(|v| v == "1").unwrap_or(false);
     let (tol, near) = if strict { (LOGPROB_TOL, NEAR_TIE) } else { (REGRESSION_TOL, REGRESSION_GAP) };

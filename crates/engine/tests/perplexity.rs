@@ -1,5 +1,5 @@
 //! Perplexity on the shared text at context 512 must be within 1% of
-//! llama.cpp's figure (../shared/vectors/perplexity_smollm2.json).
+//! llama.cpp's figure (tests/data/perplexity_smollm2.json).
 //! Slow (~30 s on two cores): runs with TANDEM_SLOW_TESTS=1.
 
 mod common;
@@ -10,7 +10,7 @@ fn perplexity_within_one_percent_of_llamacpp() {
         eprintln!("SKIP: set TANDEM_SLOW_TESTS=1 to run the perplexity test");
         return;
     }
-    let dir = common::shared_dir().join("vectors");
+    let dir = common::data_dir();
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("perplexity_smollm2.json")).unwrap()).unwrap();
     let text = std::fs::read_to_string(dir.join(meta["text_file"].as_str().unwrap())).unwrap();

@@ -13,7 +13,7 @@ use tandem_tokenizer::ChatMessage;
 #[test]
 fn dev_prompts_identical_with_lookup_and_draft_model() {
     let engine = common::engine(2);
-    let file = common::read_jsonl(&common::shared_dir().join("bench/prompts-dev.jsonl"));
+    let file = common::read_jsonl(&common::data_dir().join("prompts-dev.jsonl"));
     let n = if common::slow_tests() { 96 } else { 32 };
     let params = GenParams { max_tokens: n, sampler: SamplerParams::greedy() };
     let lookup = SpecOptions { lookup: Some((1, 4)), ..Default::default() };

@@ -1,5 +1,5 @@
 //! Agreement with llama.cpp on SmolLM2-135M-Instruct, using the vectors recorded
-//! in `shared/vectors`. Skips (with a message) when the model file is absent.
+//! in `tests/data`. Skips (with a message) when the model file is absent.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,8 +14,9 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn shared(rel: &str) -> PathBuf {
-    crate_dir().join("../../../shared").join(rel)
+/// The reference data (tests/data; its README says where each file comes from).
+fn data(name: &str) -> PathBuf {
+    crate_dir().join("../../tests/data").join(name)
 }
 
 fn model_path() -> PathBuf {
@@ -102,7 +103,7 @@ fn no_parse_special_text(text: &str) -> String {
 #[test]
 fn reference_vectors() {
     let Some(tok) = tokenizer() else { return };
-    let Some(lines) = read_jsonl(&shared("vectors/tokenizer_smollm2.jsonl")) else {
+    let Some(lines) = read_jsonl(&data("tokenizer_smollm2.jsonl")) else {
         return;
     };
     let mut n = 0;
@@ -161,10 +162,10 @@ fn special_tokens_without_parse_special() {
 #[test]
 fn chat_template_prompts() {
     let Some(tok) = tokenizer() else { return };
-    let Some(greedy) = read_jsonl(&shared("vectors/greedy_smollm2.jsonl")) else {
+    let Some(greedy) = read_jsonl(&data("greedy_smollm2.jsonl")) else {
         return;
     };
-    let Some(prompts) = read_jsonl(&shared("bench/prompts-dev.jsonl")) else {
+    let Some(prompts) = read_jsonl(&data("prompts-dev.jsonl")) else {
         return;
     };
     let users: HashMap<&str, &str> = prompts
@@ -240,7 +241,7 @@ fn stream_decoder_never_splits_characters() {
 #[test]
 fn encode_is_fast() {
     let Some(tok) = tokenizer() else { return };
-    let Some(lines) = read_jsonl(&shared("vectors/tokenizer_smollm2.jsonl")) else {
+    let Some(lines) = read_jsonl(&data("tokenizer_smollm2.jsonl")) else {
         return;
     };
     let mut text = String::new();

@@ -7,9 +7,9 @@ use std::sync::{Arc, OnceLock};
 use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
 use tandem_engine::Engine;
 
-/// ../shared relative to the repository root.
-pub fn shared_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+/// The reference data tests read (tests/data; its README says where each file comes from).
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data")
 }
 
 /// The default model, fetched on first use (tests work on a fresh machine).
