@@ -13,6 +13,9 @@ pub(crate) enum PreTokenizer {
     Gpt2,
     /// `smollm`: first every `\p{N}` code point on its own, then GPT-2 on the rest.
     SmolLm,
+    /// `qwen2`: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
+    /// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
+    Qwen2,
 }
 
 impl PreTokenizer {
@@ -20,6 +23,7 @@ impl PreTokenizer {
         match name {
             "gpt-2" => Some(Self::Gpt2),
             "smollm" => Some(Self::SmolLm),
+            "qwen2" => Some(Self::Qwen2),
             _ => None,
         }
     }
@@ -43,6 +47,7 @@ impl PreTokenizer {
         let mut bounds: Vec<usize> = Vec::with_capacity(cps.len() / 2 + 2);
         match self {
             Self::Gpt2 => gpt2_split(&cps, &cls, 0, cps.len(), &mut bounds),
+            Self::Qwen2 => qwen2_split(&cps, &cls, &mut bounds),
             Self::SmolLm => {
                 // Every number code point is a segment of its own; the GPT-2
                 // rules then run inside each segment and never across one.
@@ -148,6 +153,93 @@ fn gpt2_split(cps: &[char], cls: &[u8], start: usize, end: usize, bounds: &mut V
     }
 }
 
+/// Qwen2 word splitting of all code points, pushing the end index of each
+/// word to `bounds`. The alternatives are tried in the pattern's order at each
+/// position, leftmost-first as a backtracking regex engine would.
+fn qwen2_split(cps: &[char], cls: &[u8], bounds: &mut Vec<usize>) {
+    let end = cps.len();
+    let class_at = |p: usize| -> Option<u8> { (p < end).then(|| cls[p]) };
+    let is = |p: usize, bit: u8| class_at(p).is_some_and(|c| c & bit != 0);
+    let newline = |p: usize| p < end && matches!(cps[p], '\r' | '\n');
+
+    let mut pos = 0;
+    while pos < end {
+        let c = cps[pos];
+
+        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+        if c == '\'' && pos + 1 < end {
+            let c1 = cps[pos + 1].to_ascii_lowercase();
+            if matches!(c1, 's' | 't' | 'm' | 'd') {
+                pos += 2;
+                bounds.push(pos);
+                continue;
+            }
+            if pos + 2 < end {
+                let c2 = cps[pos + 2].to_ascii_lowercase();
+                if matches!((c1, c2), ('r', 'e') | ('v', 'e') | ('l', 'l')) {
+                    pos += 3;
+                    bounds.push(pos);
+                    continue;
+                }
+            }
+        }
+
+        // [^\r\n\p{L}\p{N}]?\p{L}+: one optional non-letter, non-number,
+        // non-newline code point (a space, a quote, `_`, …) glued to a letter run.
+        if !newline(pos) && !is(pos, NUMBER) && (is(pos, LETTER) || is(pos + 1, LETTER)) {
+            pos += 1;
+            while is(pos, LETTER) {
+                pos += 1;
+            }
+            bounds.push(pos);
+            continue;
+        }
+
+        // \p{N}: one digit at a time.
+        if is(pos, NUMBER) {
+            pos += 1;
+            bounds.push(pos);
+            continue;
+        }
+
+        // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+        let lead = pos + usize::from(c == ' ');
+        if class_at(lead) == Some(0) {
+            pos = lead;
+            while class_at(pos) == Some(0) {
+                pos += 1;
+            }
+            while newline(pos) {
+                pos += 1;
+            }
+            bounds.push(pos);
+            continue;
+        }
+
+        let mut n_space = 0;
+        let mut last_newline_end = None;
+        while is(pos + n_space, SPACE) {
+            if newline(pos + n_space) {
+                last_newline_end = Some(pos + n_space + 1);
+            }
+            n_space += 1;
+        }
+        if let Some(e) = last_newline_end {
+            // `\s*[\r\n]+`: up to the last newline of the whitespace run.
+            pos = e;
+        } else if n_space > 1 && pos + n_space < end {
+            // `\s+(?!\S)`: leave the last space to prefix the next word.
+            pos += n_space - 1;
+        } else if n_space > 0 {
+            // `\s+`
+            pos += n_space;
+        } else {
+            pos += 1;
+        }
+        bounds.push(pos);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +259,19 @@ mod tests {
         assert_eq!(words(p, "a\n\nb"), ["a", "\n", "\n", "b"]);
         assert_eq!(words(p, "x  "), ["x", "  "]);
         assert_eq!(words(p, " 123 ab"), [" 123", " ab"]);
+        assert_eq!(words(p, ""), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn qwen2_basics() {
+        let p = PreTokenizer::Qwen2;
+        assert_eq!(words(p, "Hello, world!"), ["Hello", ",", " world", "!"]);
+        assert_eq!(words(p, "I'M you'LL"), ["I", "'M", " you", "'LL"]);
+        assert_eq!(words(p, "x = 123"), ["x", " =", " ", "1", "2", "3"]);
+        assert_eq!(words(p, "def f(_x):\n    return"), ["def", " f", "(_", "x", "):\n", "   ", " return"]);
+        assert_eq!(words(p, "a \n\n  b"), ["a", " \n\n", " ", " b"]);
+        assert_eq!(words(p, "\thello"), ["\thello"]);
+        assert_eq!(words(p, "x  "), ["x", "  "]);
         assert_eq!(words(p, ""), Vec::<&str>::new());
     }
 

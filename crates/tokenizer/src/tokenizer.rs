@@ -943,7 +943,7 @@ mod tests {
         ));
         assert!(matches!(
             tiny(|w| {
-                w.set("tokenizer.ggml.pre", Value::String("qwen2".into()));
+                w.set("tokenizer.ggml.pre", Value::String("no-such-pre-tokenizer".into()));
             }),
             Err(TokenizerError::UnsupportedPreTokenizer(_))
         ));
