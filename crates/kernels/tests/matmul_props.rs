@@ -146,6 +146,27 @@ mod packed {
         (data, packed)
     }
 
+    /// Q5_0 rewritten as Q8_0 and packed as Q8x8 holds the same numbers:
+    /// every dequantized weight has the same bits.
+    #[test]
+    fn q5_0_as_packed_q8_dequantizes_like_the_original() {
+        let mut rng = Rng(17);
+        let (n, k) = (24, 160);
+        let data = random_weight(GgmlType::Q5_0, n, k, &mut rng);
+        let q8 = tandem_kernels::pack::q5_0_to_q8_0(&data).unwrap();
+        assert_eq!(q8.len(), n * k / 32 * 34);
+        let packed = pack_q8x8(n, k, &q8).unwrap();
+        let w = Weight::new("w", GgmlType::Q5_0, n, k, &data).unwrap();
+        let p = Weight::packed_q8x8("w", n, k, &packed).unwrap();
+        for r in 0..n {
+            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+            w.row_f32(r, &mut a);
+            p.row_f32(r, &mut b);
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "row {r}");
+        }
+        assert!(tandem_kernels::pack::q5_0_to_q8_0(&data[1..]).is_none());
+    }
+
     #[test]
     fn packed_rows_dequantize_like_the_original() {
         let mut rng = Rng(11);

@@ -16,13 +16,28 @@ pub struct WeightRef {
     storage: Storage,
 }
 
+/// The packed layout for a matrix of type `ty`, if one applies, with the type
+/// its packed bytes hold: Q4_0/Q4_1 as Q4x8, Q8_0 as Q8x8, and Q5_0 as Q8x8
+/// too (rewritten exactly as Q8_0: the row-layout Q5_0 tiles are
+/// compute-bound far below the memory stream, BENCHMARKS.md §0b).
+fn pack(ty: GgmlType, n: usize, k: usize, bytes: &[u8]) -> (GgmlType, Option<Storage>) {
+    use tandem_kernels::pack::{pack_q4x8, pack_q8x8, q5_0_to_q8_0};
+    match ty {
+        GgmlType::Q8_0 => (ty, pack_q8x8(n, k, bytes).map(|p| Storage::Q8x8(p.into()))),
+        GgmlType::Q5_0 if n % 8 == 0 => {
+            (GgmlType::Q8_0, q5_0_to_q8_0(bytes).and_then(|q8| pack_q8x8(n, k, &q8)).map(|p| Storage::Q8x8(p.into())))
+        }
+        _ => (ty, pack_q4x8(ty, n, k, bytes).map(|p| Storage::Q4x8(p.into()))),
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Storage {
     /// Bytes inside the GGUF map, in GGUF's row layout.
     Mapped { start: usize, len: usize },
     /// Repacked Q4_0/Q4_1 copy (see `tandem_kernels::pack`).
     Q4x8(std::sync::Arc<[u8]>),
-    /// Repacked Q8_0 copy (see `tandem_kernels::pack`).
+    /// Repacked Q8_0 (or Q5_0 rewritten as Q8_0) copy (see `tandem_kernels::pack`).
     Q8x8(std::sync::Arc<[u8]>),
     /// An owned matrix in GGUF's row layout (e.g. rows gathered for a reduced
     /// draft vocabulary).
@@ -43,7 +58,7 @@ impl WeightRef {
         Ok(WeightRef { name: name.into(), ty: t.ty, n, k, storage: Storage::Mapped { start, len: data.len() } })
     }
 
-    /// Like [`load`](Self::load), but Q4_0/Q4_1 and Q8_0 matrices with a
+    /// Like [`load`](Self::load), but Q4_0/Q4_1, Q5_0 and Q8_0 matrices with a
     /// multiple of 8 rows are repacked into the interleaved layouts the batched
     /// kernels want, and the mapped pages they came from are released.
     /// `TANDEM_NO_REPACK` (any value) turns all repacking off.
@@ -54,11 +69,9 @@ impl WeightRef {
         }
         if let Storage::Mapped { start, len } = w.storage {
             let bytes = &g.bytes()[start..start + len];
-            let packed = match w.ty {
-                GgmlType::Q8_0 => tandem_kernels::pack::pack_q8x8(n, k, bytes).map(|p| Storage::Q8x8(p.into())),
-                _ => tandem_kernels::pack::pack_q4x8(w.ty, n, k, bytes).map(|p| Storage::Q4x8(p.into())),
-            };
+            let (ty, packed) = pack(w.ty, n, k, bytes);
             if let Some(p) = packed {
+                w.ty = ty;
                 w.storage = p;
                 g.release(start..start + len);
             }
@@ -83,16 +96,12 @@ impl WeightRef {
         }
         let n = rows.len();
         Weight::new(name, t.ty, n, self.k, &bytes)?;
-        let storage = if std::env::var("TANDEM_NO_REPACK").is_ok() {
-            None
-        } else {
-            match t.ty {
-                GgmlType::Q8_0 => tandem_kernels::pack::pack_q8x8(n, self.k, &bytes).map(|p| Storage::Q8x8(p.into())),
-                ty => tandem_kernels::pack::pack_q4x8(ty, n, self.k, &bytes).map(|p| Storage::Q4x8(p.into())),
-            }
+        let (ty, storage) = if std::env::var("TANDEM_NO_REPACK").is_ok() { (t.ty, None) } else { pack(t.ty, n, self.k, &bytes) };
+        let (ty, storage) = match storage {
+            Some(p) => (ty, p),
+            None => (t.ty, Storage::Owned(bytes.into())),
         };
-        let storage = storage.unwrap_or_else(|| Storage::Owned(bytes.into()));
-        Ok(WeightRef { name: name.into(), ty: t.ty, n, k: self.k, storage })
+        Ok(WeightRef { name: name.into(), ty, n, k: self.k, storage })
     }
 
     #[inline]
