@@ -140,16 +140,23 @@ fn gpt2_split(cps: &[char], cls: &[u8], start: usize, end: usize, bounds: &mut V
         while is(pos + n_space, SPACE) {
             n_space += 1;
         }
-        if n_space > 1 && pos + n_space < end {
-            // `\s+(?!\S)`: leave the last space to prefix the next word.
-            pos += n_space - 1;
-        } else if n_space > 0 {
-            // `\s+`
-            pos += n_space;
-        } else {
-            pos += 1;
-        }
+        pos = space_run_end(pos, n_space, end);
         bounds.push(pos);
+    }
+}
+
+/// Where the word starting at `pos` with a whitespace run of `n_space` code
+/// points ends under `\s+(?!\S)|\s+`, or after the one code point that no
+/// alternative matched when `n_space` is 0.
+fn space_run_end(pos: usize, n_space: usize, end: usize) -> usize {
+    if n_space > 1 && pos + n_space < end {
+        // `\s+(?!\S)`: leave the last space to prefix the next word.
+        pos + n_space - 1
+    } else if n_space > 0 {
+        // `\s+`
+        pos + n_space
+    } else {
+        pos + 1
     }
 }
 
@@ -224,18 +231,8 @@ fn qwen2_split(cps: &[char], cls: &[u8], bounds: &mut Vec<usize>) {
             }
             n_space += 1;
         }
-        if let Some(e) = last_newline_end {
-            // `\s*[\r\n]+`: up to the last newline of the whitespace run.
-            pos = e;
-        } else if n_space > 1 && pos + n_space < end {
-            // `\s+(?!\S)`: leave the last space to prefix the next word.
-            pos += n_space - 1;
-        } else if n_space > 0 {
-            // `\s+`
-            pos += n_space;
-        } else {
-            pos += 1;
-        }
+        // `\s*[\r\n]+` (up to the last newline of the whitespace run) first.
+        pos = last_newline_end.unwrap_or_else(|| space_run_end(pos, n_space, end));
         bounds.push(pos);
     }
 }
