@@ -46,6 +46,8 @@ pub enum Layout {
     Q4x8,
     /// Q8_0 repacked by [`crate::pack::pack_q8x8`].
     Q8x8,
+    /// Q6_K repacked by [`crate::pack::pack_q6x8`].
+    Q6x8,
 }
 
 impl<'a> Weight<'a> {
@@ -93,6 +95,19 @@ impl<'a> Weight<'a> {
         Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q8x8 })
     }
 
+    /// A Q6_K matrix repacked by [`crate::pack::pack_q6x8`].
+    pub fn packed_q6x8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
+        let ty = GgmlType::Q6K;
+        if k % 256 != 0 || n % 8 != 0 {
+            return Err(WeightError::BadColumns { name: name.into(), k, ty });
+        }
+        let want = n / 8 * (k / 32) * crate::pack::Q6X8_BLOCK;
+        if data.len() != want {
+            return Err(WeightError::BadSize { name: name.into(), got: data.len(), want, n, k, ty });
+        }
+        Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q6x8 })
+    }
+
     pub fn layout(&self) -> Layout {
         self.layout
     }
@@ -117,6 +132,7 @@ impl<'a> Weight<'a> {
             Layout::Rows => dequantize_row(self.ty, self.row(i), out),
             Layout::Q4x8 => crate::pack::q4x8_row_f32(self.data, self.k, i, out),
             Layout::Q8x8 => crate::pack::q8x8_row_f32(self.data, self.k, i, out),
+            Layout::Q6x8 => crate::pack::q6x8_row_f32(self.data, self.k, i, out),
         }
     }
 }
@@ -227,6 +243,7 @@ unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m
     match w.layout {
         Layout::Q4x8 => return cols_packed::<PackedQ4>(level, w, acts, m, cols, out),
         Layout::Q8x8 => return cols_packed::<PackedQ8>(level, w, acts, m, cols, out),
+        Layout::Q6x8 => return cols_packed::<PackedQ6>(level, w, acts, m, cols, out),
         Layout::Rows => {}
     }
     match w.ty {
@@ -339,6 +356,7 @@ trait Packed {
 
 struct PackedQ4;
 struct PackedQ8;
+struct PackedQ6;
 
 impl Packed for PackedQ4 {
     const BLOCK: usize = crate::pack::Q4X8_BLOCK;
@@ -375,6 +393,29 @@ impl Packed for PackedQ8 {
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q8x8_scalar(data, k, col, a)
+    }
+}
+
+/// Q6x8 has one kernel: its integer work is `maddubs` on int8 values as in
+/// the AVX2 Q8x8 kernel, and a pair of groups is two calls (the same bits).
+impl Packed for PackedQ6 {
+    const BLOCK: usize = crate::pack::Q6X8_BLOCK;
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+        crate::simd::avx2::dot_q6x8::<MR>(grp, a, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+        let (mut o0, mut o1) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
+        crate::simd::avx2::dot_q6x8::<MR>(g0, a, &mut o0);
+        crate::simd::avx2::dot_q6x8::<MR>(g1, a, &mut o1);
+        for m in 0..MR {
+            out[m][..8].copy_from_slice(&o0[m]);
+            out[m][8..].copy_from_slice(&o1[m]);
+        }
+    }
+    fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
+        crate::pack::dot_q6x8_scalar(data, k, col, a)
     }
 }
 

@@ -16,6 +16,15 @@
 //!   `qs_c[4j..4j+4]`; their low nibbles are elements 4j..4j+3, their high
 //!   nibbles elements 16+4j..16+4j+3.
 //!
+//! `Q6x8` does the same for Q6_K, whose scales apply to 16 elements: per 8
+//! rows and per 32-element sub-block, 288 bytes (the same 8 Q6_K sub-blocks
+//! take 210 bytes; the quants are widened to int8 so the kernel reads them as
+//! Q8x8 does):
+//! - `d[8]`: f16 super-block scales of the 8 rows
+//! - `slo[8]`, `shi[8]`: the int8 sub-scales of elements 0..16 and 16..32
+//! - `Q[8][8][4]`: for j in 0..8 and column c, the values q − 32 of elements
+//!   4j..4j+4, as in Q8x8
+//!
 //! `Q8x8` does the same for Q8_0 (per 8 rows, per 32-element block, 272 bytes —
 //! the same size as 8 Q8_0 blocks):
 //! - `d[8]`: f16 scales of the 8 rows
@@ -23,6 +32,8 @@
 //!   `qs_c[4j..4j+4]` (elements 4j..4j+3).
 
 use tandem_gguf::GgmlType;
+
+use crate::quant::formats::{Format, Q6K};
 
 /// Bytes of one 8-row group block.
 pub const Q4X8_BLOCK: usize = 160;
@@ -139,6 +150,87 @@ pub fn pack_q8x8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+/// Bytes of one Q6x8 group block.
+pub const Q6X8_BLOCK: usize = 288;
+
+/// Repack a Q6_K matrix of `n` rows × `k` columns (n % 8 == 0, k % 256 == 0)
+/// into Q6x8. None when the shape does not qualify.
+pub fn pack_q6x8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
+    if n % 8 != 0 || k % 256 != 0 || data.len() != n * (k / 256) * Q6K::BYTES {
+        return None;
+    }
+    let (nsb, nb) = (k / 256, k / 32);
+    let mut out = vec![0u8; n / 8 * nb * Q6X8_BLOCK];
+    let mut q = [0i8; 32];
+    for g in 0..n / 8 {
+        for b in 0..nb {
+            let dst = &mut out[(g * nb + b) * Q6X8_BLOCK..][..Q6X8_BLOCK];
+            for c in 0..8 {
+                let src = &data[((g * 8 + c) * nsb + b / 8) * Q6K::BYTES..][..Q6K::BYTES];
+                let s = b % 8;
+                dst[2 * c..2 * c + 2].copy_from_slice(&src[208..210]);
+                let h = Q6K::scales(src, s).h;
+                dst[16 + c] = h[0] as i8 as u8;
+                dst[24 + c] = h[1] as i8 as u8;
+                Q6K::values(src, s, &mut q);
+                for j in 0..8 {
+                    for t in 0..4 {
+                        dst[32 + 32 * j + 4 * c + t] = q[4 * j + t] as u8;
+                    }
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// (f16 scale bits, low and high sub-scale) of column `c` in a Q6x8 group block.
+#[inline(always)]
+fn q6x8_scales(blk: &[u8], c: usize) -> (f32, i32, i32) {
+    let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
+    (d, blk[16 + c] as i8 as i32, blk[24 + c] as i8 as i32)
+}
+
+/// Dequantize row `r` of a Q6x8-packed matrix with the row layout's
+/// expression (`(d · sc) · q + 0.0`), so the values are identical.
+pub fn q6x8_row_f32(data: &[u8], k: usize, r: usize, out: &mut [f32]) {
+    let nb = k / 32;
+    let (g, c) = (r / 8, r % 8);
+    for b in 0..nb {
+        let blk = &data[(g * nb + b) * Q6X8_BLOCK..][..Q6X8_BLOCK];
+        let (d, lo, hi) = q6x8_scales(blk, c);
+        let m = 0.0f32;
+        for e in 0..32 {
+            let sd = d * if e < 16 { lo } else { hi } as f32;
+            out[b * 32 + e] = sd * blk[32 + 32 * (e / 4) + 4 * c + e % 4] as i8 as f32 + m;
+        }
+    }
+}
+
+/// Scalar twin of the packed Q6x8 kernel for one (activation row, column):
+/// per sub-block, the exact integer `Σ₀..₁₆ q·a · slo + Σ₁₆..₃₂ q·a · shi`,
+/// then `acc = fma(isum, d·a.d, acc)` in block order; the result is `acc`.
+pub fn dot_q6x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::ActBlock]) -> f32 {
+    let nb = k / 32;
+    let (g, c) = (col / 8, col % 8);
+    let mut acc = 0f32;
+    for (b, ab) in a.iter().enumerate().take(nb) {
+        let blk = &data[(g * nb + b) * Q6X8_BLOCK..][..Q6X8_BLOCK];
+        let (d, lo, hi) = q6x8_scales(blk, c);
+        let (mut slo, mut shi) = (0i32, 0i32);
+        for e in 0..32 {
+            let p = blk[32 + 32 * (e / 4) + 4 * c + e % 4] as i8 as i32 * ab.qs[e] as i32;
+            if e < 16 {
+                slo += p;
+            } else {
+                shi += p;
+            }
+        }
+        acc = ((slo * lo + shi * hi) as f32).mul_add(d * ab.d, acc);
+    }
+    acc
 }
 
 /// A Q5_0 matrix rewritten as Q8_0 blocks: each block's 32 values (−16…15)

@@ -233,6 +233,90 @@ mod packed {
         }
     }
 
+    /// A random Q6_K matrix whose first super-block of each row holds the
+    /// extremes: quants 0 and 63 (−32 and 31), sub-scales −128 and 127.
+    fn q6k_weight(n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+        let mut data = random_weight(GgmlType::Q6K, n, k, rng);
+        for row in data.chunks_exact_mut(k / 256 * 210) {
+            row[0] = 0x00; // element 0: low nibble 0, with qh bits 0 below
+            row[1] = 0xFF;
+            row[128] &= !0x03;
+            row[129] |= 0x03;
+            row[192] = 0x80;
+            row[193] = 0x7F;
+        }
+        data
+    }
+
+    #[test]
+    fn q6x8_rows_dequantize_like_the_original() {
+        let mut rng = Rng(31);
+        let (n, k) = (16, 512);
+        let data = q6k_weight(n, k, &mut rng);
+        let packed = tandem_kernels::pack::pack_q6x8(n, k, &data).unwrap();
+        let w = Weight::new("w", GgmlType::Q6K, n, k, &data).unwrap();
+        let p = Weight::packed_q6x8("w", n, k, &packed).unwrap();
+        for r in 0..n {
+            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+            w.row_f32(r, &mut a);
+            p.row_f32(r, &mut b);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "row {r}");
+        }
+        assert!(tandem_kernels::pack::pack_q6x8(12, k, &data[..12 * 420]).is_none(), "n % 8 != 0");
+        assert!(tandem_kernels::pack::pack_q6x8(n, 256, &data).is_none(), "size mismatch");
+        assert!(Weight::packed_q6x8("w", n, 320, &packed).is_err(), "k % 256 != 0");
+    }
+
+    #[test]
+    fn q6x8_simd_equals_scalar_twin_and_is_close_to_rows() {
+        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+        let mut rng = Rng(32);
+        for (n, k, m) in [(8, 256, 1), (16, 512, 2), (24, 256, 3), (40, 768, 6), (64, 256, 9), (16, 256, 16)] {
+            let data = q6k_weight(n, k, &mut rng);
+            let packed = tandem_kernels::pack::pack_q6x8(n, k, &data).unwrap();
+            let w = Weight::new("w", GgmlType::Q6K, n, k, &data).unwrap();
+            let p = Weight::packed_q6x8("w", n, k, &packed).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|i| if i % 7 == 0 { rng.f().signum() * 3.0 } else { rng.f() }).collect();
+            let want = matmul_reference(&p, &x, m);
+            let rows = matmul_reference(&w, &x, m);
+            for pool in &pools {
+                let mut y = vec![0f32; m * n];
+                matmul(pool, &p, &x, m, &mut y);
+                for i in 0..y.len() {
+                    assert_eq!(y[i].to_bits(), want[i].to_bits(), "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], want[i]);
+                    let tol = 1e-4 * (1.0 + rows[i].abs()) * 64.0;
+                    assert!((y[i] - rows[i]).abs() <= tol, "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], rows[i]);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+        #[test]
+        fn q6x8_rows_are_batch_invariant(m in 1usize..=16, groups in 1usize..4, units in 1usize..3, seed in any::<u64>()) {
+            let (n, k) = (groups * 8, units * 256);
+            let mut rng = Rng(seed | 1);
+            let data = q6k_weight(n, k, &mut rng);
+            let packed = tandem_kernels::pack::pack_q6x8(n, k, &data).unwrap();
+            let w = Weight::packed_q6x8("w", n, k, &packed).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut y = vec![0f32; m * n];
+                matmul(&pool, &w, &x, m, &mut y);
+                for r in 0..m {
+                    let mut y1 = vec![0f32; n];
+                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
+                    for c in 0..n {
+                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
+                    }
+                }
+            }
+        }
+    }
+
     fn both_q8(n: usize, k: usize, rng: &mut Rng) -> (Vec<u8>, Vec<u8>) {
         let data = random_weight(GgmlType::Q8_0, n, k, rng);
         let packed = pack_q8x8(n, k, &data).expect("packable");

@@ -17,16 +17,17 @@ pub struct WeightRef {
 }
 
 /// The packed layout for a matrix of type `ty`, if one applies, with the type
-/// its packed bytes hold: Q4_0/Q4_1 as Q4x8, Q8_0 as Q8x8, and Q5_0 as Q8x8
+/// its packed bytes hold: Q4_0/Q4_1 as Q4x8, Q6_K as Q6x8, Q8_0 as Q8x8, and Q5_0 as Q8x8
 /// too (rewritten exactly as Q8_0: the row-layout Q5_0 tiles are
 /// compute-bound far below the memory stream, BENCHMARKS.md §0b).
 fn pack(ty: GgmlType, n: usize, k: usize, bytes: &[u8]) -> (GgmlType, Option<Storage>) {
-    use tandem_kernels::pack::{pack_q4x8, pack_q8x8, q5_0_to_q8_0};
+    use tandem_kernels::pack::{pack_q4x8, pack_q6x8, pack_q8x8, q5_0_to_q8_0};
     match ty {
         GgmlType::Q8_0 => (ty, pack_q8x8(n, k, bytes).map(|p| Storage::Q8x8(p.into()))),
         GgmlType::Q5_0 if n % 8 == 0 => {
             (GgmlType::Q8_0, q5_0_to_q8_0(bytes).and_then(|q8| pack_q8x8(n, k, &q8)).map(|p| Storage::Q8x8(p.into())))
         }
+        GgmlType::Q6K => (ty, pack_q6x8(n, k, bytes).map(|p| Storage::Q6x8(p.into()))),
         _ => (ty, pack_q4x8(ty, n, k, bytes).map(|p| Storage::Q4x8(p.into()))),
     }
 }
@@ -39,6 +40,8 @@ enum Storage {
     Q4x8(std::sync::Arc<[u8]>),
     /// Repacked Q8_0 (or Q5_0 rewritten as Q8_0) copy (see `tandem_kernels::pack`).
     Q8x8(std::sync::Arc<[u8]>),
+    /// Repacked Q6_K copy (see `tandem_kernels::pack`).
+    Q6x8(std::sync::Arc<[u8]>),
     /// An owned matrix in GGUF's row layout (e.g. rows gathered for a reduced
     /// draft vocabulary).
     Owned(std::sync::Arc<[u8]>),
@@ -58,7 +61,7 @@ impl WeightRef {
         Ok(WeightRef { name: name.into(), ty: t.ty, n, k, storage: Storage::Mapped { start, len: data.len() } })
     }
 
-    /// Like [`load`](Self::load), but Q4_0/Q4_1, Q5_0 and Q8_0 matrices with a
+    /// Like [`load`](Self::load), but Q4_0/Q4_1, Q5_0, Q6_K and Q8_0 matrices with a
     /// multiple of 8 rows are repacked into the interleaved layouts the batched
     /// kernels want, and the mapped pages they came from are released.
     /// `TANDEM_NO_REPACK` (any value) turns all repacking off.
@@ -112,6 +115,7 @@ impl WeightRef {
             }
             Storage::Q4x8(p) => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
             Storage::Q8x8(p) => Weight::packed_q8x8(&self.name, self.n, self.k, p),
+            Storage::Q6x8(p) => Weight::packed_q6x8(&self.name, self.n, self.k, p),
             Storage::Owned(b) => Weight::new(&self.name, self.ty, self.n, self.k, b),
         }
         .expect("validated at load")

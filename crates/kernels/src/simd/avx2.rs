@@ -573,6 +573,49 @@ pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR],
     }
 }
 
+/// Packed Q6x8 kernel: MR activation rows × the 8 columns of group `grp`
+/// (see `pack`); mirrors `pack::dot_q6x8_scalar` lane for lane.
+///
+/// The integer part is that of [`dot_q8x8`] (|q| ≤ 32), kept as two sums, of
+/// elements 0..16 and 16..32, which are multiplied by their sub-scales and
+/// added as exact i32 (at most 2 · 16 · 32 · 127 · 128 < 2³¹). The float part
+/// is one fma per block per (row, column), in block order, like the twin.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q6x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+    use crate::pack::Q6X8_BLOCK;
+    let nb = a[0].len();
+    debug_assert!(grp.len() >= nb * Q6X8_BLOCK);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); MR];
+    for b in 0..nb {
+        prefetch_stream(grp.as_ptr().wrapping_add(b * Q6X8_BLOCK + STREAM_AHEAD), Q6X8_BLOCK);
+        let p = grp.as_ptr().add(b * Q6X8_BLOCK);
+        let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+        let mut half = [[_mm256_setzero_si256(); MR]; 2];
+        for j in 0..8 {
+            let r = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+            let ar = _mm256_sign_epi8(r, r);
+            for m in 0..MR {
+                let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                let s = _mm256_maddubs_epi16(ar, _mm256_sign_epi8(av, r));
+                half[j / 4][m] = _mm256_add_epi32(half[j / 4][m], _mm256_madd_epi16(s, ones));
+            }
+        }
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let slo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16) as *const __m128i));
+        let shi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(24) as *const __m128i));
+        for m in 0..MR {
+            let isum = _mm256_add_epi32(_mm256_mullo_epi32(half[0][m], slo), _mm256_mullo_epi32(half[1][m], shi));
+            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+    }
+}
+
 /// Activation quantization into 32-element int8 blocks; the same operations as
 /// `quant::quantize_act_row_scalar` (max of |x|, one multiply by 127/amax,
 /// round half to even, clamp to ±127, integer sum), so the same bits.
