@@ -48,6 +48,10 @@ pub enum Layout {
     Q8x8,
     /// Q6_K repacked by [`crate::pack::pack_q6x8`].
     Q6x8,
+    /// Q5_0 repacked by [`crate::pack::pack_q5x8`].
+    Q5x8,
+    /// Q4_K repacked by [`crate::pack::pack_q4kx8`].
+    Q4Kx8,
 }
 
 impl<'a> Weight<'a> {
@@ -95,6 +99,32 @@ impl<'a> Weight<'a> {
         Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q8x8 })
     }
 
+    /// A Q5_0 matrix repacked by [`crate::pack::pack_q5x8`].
+    pub fn packed_q5x8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
+        let ty = GgmlType::Q5_0;
+        if k % 32 != 0 || n % 8 != 0 {
+            return Err(WeightError::BadColumns { name: name.into(), k, ty });
+        }
+        let want = n / 8 * (k / 32) * crate::pack::Q5X8_BLOCK;
+        if data.len() != want {
+            return Err(WeightError::BadSize { name: name.into(), got: data.len(), want, n, k, ty });
+        }
+        Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q5x8 })
+    }
+
+    /// A Q4_K matrix repacked by [`crate::pack::pack_q4kx8`].
+    pub fn packed_q4kx8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
+        let ty = GgmlType::Q4K;
+        if k % 256 != 0 || n % 8 != 0 {
+            return Err(WeightError::BadColumns { name: name.into(), k, ty });
+        }
+        let want = n / 8 * (k / 256) * crate::pack::Q4KX8_SUPER;
+        if data.len() != want {
+            return Err(WeightError::BadSize { name: name.into(), got: data.len(), want, n, k, ty });
+        }
+        Ok(Weight { ty, n, k, data, row_bytes: 0, layout: Layout::Q4Kx8 })
+    }
+
     /// A Q6_K matrix repacked by [`crate::pack::pack_q6x8`].
     pub fn packed_q6x8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
         let ty = GgmlType::Q6K;
@@ -133,6 +163,8 @@ impl<'a> Weight<'a> {
             Layout::Q4x8 => crate::pack::q4x8_row_f32(self.data, self.k, i, out),
             Layout::Q8x8 => crate::pack::q8x8_row_f32(self.data, self.k, i, out),
             Layout::Q6x8 => crate::pack::q6x8_row_f32(self.data, self.k, i, out),
+            Layout::Q5x8 => crate::pack::q5x8_row_f32(self.data, self.k, i, out),
+            Layout::Q4Kx8 => crate::pack::q4kx8_row_f32(self.data, self.k, i, out),
         }
     }
 }
@@ -244,6 +276,8 @@ unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m
         Layout::Q4x8 => return cols_packed::<PackedQ4>(level, w, acts, m, cols, out),
         Layout::Q8x8 => return cols_packed::<PackedQ8>(level, w, acts, m, cols, out),
         Layout::Q6x8 => return cols_packed::<PackedQ6>(level, w, acts, m, cols, out),
+        Layout::Q5x8 => return cols_packed::<PackedQ5>(level, w, acts, m, cols, out),
+        Layout::Q4Kx8 => return cols_packed::<PackedQ4K>(level, w, acts, m, cols, out),
         Layout::Rows => {}
     }
     match w.ty {
@@ -357,6 +391,8 @@ trait Packed {
 struct PackedQ4;
 struct PackedQ8;
 struct PackedQ6;
+struct PackedQ5;
+struct PackedQ4K;
 
 impl Packed for PackedQ4 {
     const BLOCK: usize = crate::pack::Q4X8_BLOCK;
@@ -396,6 +432,61 @@ impl Packed for PackedQ8 {
     }
 }
 
+impl Packed for PackedQ5 {
+    const BLOCK: usize = crate::pack::Q5X8_BLOCK;
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+        match crate::simd::vnni_kind() {
+            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q5x8::<MR>(grp, a, out),
+            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q5x8::<MR>(grp, a, out),
+            crate::simd::Vnni::None => crate::simd::avx2::dot_q5x8::<MR>(grp, a, out),
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+        crate::simd::avx512::dot_q5x16::<MR>(g0, g1, a, out)
+    }
+    fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
+        crate::pack::dot_q5x8_scalar(data, k, col, a)
+    }
+}
+
+/// Q4Kx8 has one kernel, like Q6x8; a pair of groups is two calls.
+impl Packed for PackedQ4K {
+    const BLOCK: usize = crate::pack::Q4KX8_BLOCK;
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+        crate::simd::avx2::dot_q4kx8::<MR>(grp, a, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+        two_tiles(Self::tile::<MR>, g0, g1, a, out)
+    }
+    fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
+        crate::pack::dot_q4kx8_scalar(data, k, col, a)
+    }
+}
+
+/// A pair of groups as two 8-column tiles (for layouts without a 512-bit
+/// kernel); the same bits as one call per group.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn two_tiles<const MR: usize>(
+    tile: unsafe fn(&[u8], [&[ActBlock]; MR], &mut [[f32; 8]; MR]),
+    g0: &[u8],
+    g1: &[u8],
+    a: [&[ActBlock]; MR],
+    out: &mut [[f32; 16]; MR],
+) {
+    let (mut o0, mut o1) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
+    tile(g0, a, &mut o0);
+    tile(g1, a, &mut o1);
+    for m in 0..MR {
+        out[m][..8].copy_from_slice(&o0[m]);
+        out[m][8..].copy_from_slice(&o1[m]);
+    }
+}
+
 /// Q6x8 has one kernel: its integer work is `maddubs` on int8 values as in
 /// the AVX2 Q8x8 kernel, and a pair of groups is two calls (the same bits).
 impl Packed for PackedQ6 {
@@ -406,13 +497,7 @@ impl Packed for PackedQ6 {
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-        let (mut o0, mut o1) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
-        crate::simd::avx2::dot_q6x8::<MR>(g0, a, &mut o0);
-        crate::simd::avx2::dot_q6x8::<MR>(g1, a, &mut o1);
-        for m in 0..MR {
-            out[m][..8].copy_from_slice(&o0[m]);
-            out[m][8..].copy_from_slice(&o1[m]);
-        }
+        two_tiles(Self::tile::<MR>, g0, g1, a, out)
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q6x8_scalar(data, k, col, a)

@@ -25,6 +25,29 @@
 //! - `Q[8][8][4]`: for j in 0..8 and column c, the values q − 32 of elements
 //!   4j..4j+4, as in Q8x8
 //!
+//! `Q5x8` does the same for Q5_0 at its own 5.5 bits per weight (per 8 rows,
+//! per 32-element block, 176 bytes — the same size as 8 Q5_0 blocks):
+//! - `d[8]`: f16 scales of the 8 rows
+//! - `H[8][4]`: for column c and byte t, bit h of `H[c][t]` is the fifth bit of
+//!   element 4h+t (h < 4) or 16+4(h−4)+t (h ≥ 4), so one shift and one mask
+//!   put the fifth bits of a whole nibble vector in place
+//! - `P[4][8][4]`: the low nibbles, arranged as in Q4x8
+//!
+//! The kernels read the unsigned 5-bit values u = q + 16 and subtract
+//! `16 · Σ a` per block, which leaves exactly the integer Σ q·a of the Q8_0
+//! form of the same block: Q5x8 and Q5_0 rewritten as Q8x8 give the same bits.
+//!
+//! `Q4Kx8` does the same for Q4_K, per 8 rows and per 256-element
+//! super-block, 1,184 bytes (4.625 bits per weight; the 8 Q4_K super-blocks
+//! take 1,152):
+//! - `d[8]`, `dmin[8]`: the f16 super-block scales of the 8 rows
+//! - `sc[8][8]`, `m[8][8]`: for sub-block s and column c, the 6-bit scale and
+//!   min, unpacked to a byte each
+//! - `P[8][4][8][4]`: for sub-block s, its nibbles arranged as one Q4x8 block
+//!
+//! A sub-block's scale is `d · sc` and its min `−(dmin · m)`, the products of
+//! the row layout, so the values are the same numbers.
+//!
 //! `Q8x8` does the same for Q8_0 (per 8 rows, per 32-element block, 272 bytes —
 //! the same size as 8 Q8_0 blocks):
 //! - `d[8]`: f16 scales of the 8 rows
@@ -33,7 +56,7 @@
 
 use tandem_gguf::GgmlType;
 
-use crate::quant::formats::{Format, Q6K};
+use crate::quant::formats::{scale_min_k4, Format, Q4K, Q6K};
 
 /// Bytes of one 8-row group block.
 pub const Q4X8_BLOCK: usize = 160;
@@ -233,11 +256,179 @@ pub fn dot_q6x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::Act
     acc
 }
 
+/// Bytes of one Q4Kx8 group super-block (8 rows × 256 elements).
+pub const Q4KX8_SUPER: usize = 1184;
+/// Bytes per 32-element block of a Q4Kx8 group (for sizing group slices).
+pub const Q4KX8_BLOCK: usize = Q4KX8_SUPER / 8;
+
+/// Repack a Q4_K matrix of `n` rows × `k` columns (n % 8 == 0, k % 256 == 0)
+/// into Q4Kx8. None when the shape does not qualify.
+pub fn pack_q4kx8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
+    if n % 8 != 0 || k % 256 != 0 || data.len() != n * (k / 256) * Q4K::BYTES {
+        return None;
+    }
+    let nsb = k / 256;
+    let mut out = vec![0u8; n / 8 * nsb * Q4KX8_SUPER];
+    let mut q = [0i8; 32];
+    for g in 0..n / 8 {
+        for sb in 0..nsb {
+            let dst = &mut out[(g * nsb + sb) * Q4KX8_SUPER..][..Q4KX8_SUPER];
+            for c in 0..8 {
+                let src = &data[((g * 8 + c) * nsb + sb) * Q4K::BYTES..][..Q4K::BYTES];
+                dst[2 * c..2 * c + 2].copy_from_slice(&src[0..2]);
+                dst[16 + 2 * c..16 + 2 * c + 2].copy_from_slice(&src[2..4]);
+                for s in 0..8 {
+                    let (sc, m) = scale_min_k4(s, &src[4..16]);
+                    dst[32 + 8 * s + c] = sc;
+                    dst[96 + 8 * s + c] = m;
+                    Q4K::values(src, s, &mut q);
+                    for j in 0..4 {
+                        for t in 0..4 {
+                            let (lo, hi) = (q[4 * j + t] as u8, q[16 + 4 * j + t] as u8);
+                            dst[160 + 128 * s + 32 * j + 4 * c + t] = lo | (hi << 4);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// (scale, min) of column `c`, sub-block `s` of a Q4Kx8 super-block: the
+/// products of the row layout, `d · sc` and `−(dmin · m)`.
+#[inline(always)]
+fn q4kx8_scales(sup: &[u8], c: usize, s: usize) -> (f32, f32) {
+    let d = crate::quant::f16_to_f32(u16::from_le_bytes([sup[2 * c], sup[2 * c + 1]]));
+    let dmin = crate::quant::f16_to_f32(u16::from_le_bytes([sup[16 + 2 * c], sup[17 + 2 * c]]));
+    (d * sup[32 + 8 * s + c] as f32, -(dmin * sup[96 + 8 * s + c] as f32))
+}
+
+/// Dequantize row `r` of a Q4Kx8-packed matrix (`scale · q + min`, as the
+/// row layout does).
+pub fn q4kx8_row_f32(data: &[u8], k: usize, r: usize, out: &mut [f32]) {
+    let nsb = k / 256;
+    let (g, c) = (r / 8, r % 8);
+    for sb in 0..nsb {
+        let sup = &data[(g * nsb + sb) * Q4KX8_SUPER..][..Q4KX8_SUPER];
+        for s in 0..8 {
+            let (d, m) = q4kx8_scales(sup, c, s);
+            let blk = &sup[160 + 128 * s - 32..];
+            for e in 0..32 {
+                out[sb * 256 + s * 32 + e] = d * q4x8_value(blk, c, e) as f32 + m;
+            }
+        }
+    }
+}
+
+/// Scalar twin of the packed Q4Kx8 kernel for one (activation row, column):
+/// per sub-block, an exact integer dot, then `acc = fma(isum, scale·a.d,
+/// acc)` and `summ = fma(min, a.s, summ)`, in block order; the result is
+/// `acc + summ` (the operations of [`dot_q4x8_scalar`]).
+pub fn dot_q4kx8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::ActBlock]) -> f32 {
+    let nsb = k / 256;
+    let (g, c) = (col / 8, col % 8);
+    let (mut acc, mut summ) = (0f32, 0f32);
+    for (b, ab) in a.iter().enumerate().take(nsb * 8) {
+        let sup = &data[(g * nsb + b / 8) * Q4KX8_SUPER..][..Q4KX8_SUPER];
+        let s = b % 8;
+        let (d, m) = q4kx8_scales(sup, c, s);
+        let blk = &sup[160 + 128 * s - 32..];
+        let mut isum = 0i32;
+        for e in 0..32 {
+            isum += q4x8_value(blk, c, e) as i32 * ab.qs[e] as i32;
+        }
+        acc = (isum as f32).mul_add(d * ab.d, acc);
+        summ = m.mul_add(ab.s, summ);
+    }
+    acc + summ
+}
+
+/// Bytes of one 8-row Q5x8 group block.
+pub const Q5X8_BLOCK: usize = 176;
+
+/// Repack a Q5_0 matrix of `n` rows × `k` columns (n % 8 == 0, k % 32 == 0)
+/// into Q5x8. None when the shape or size does not qualify.
+pub fn pack_q5x8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
+    const BB: usize = 22;
+    if n % 8 != 0 || k % 32 != 0 || data.len() != n * (k / 32) * BB {
+        return None;
+    }
+    let nb = k / 32;
+    let mut out = vec![0u8; n / 8 * nb * Q5X8_BLOCK];
+    for g in 0..n / 8 {
+        for b in 0..nb {
+            let dst = &mut out[(g * nb + b) * Q5X8_BLOCK..][..Q5X8_BLOCK];
+            for c in 0..8 {
+                let src = &data[((g * 8 + c) * nb + b) * BB..][..BB];
+                dst[2 * c..2 * c + 2].copy_from_slice(&src[0..2]);
+                let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
+                for t in 0..4 {
+                    let mut byte = 0u8;
+                    for h in 0..8 {
+                        let e = if h < 4 { 4 * h + t } else { 16 + 4 * (h - 4) + t };
+                        byte |= (((qh >> e) & 1) as u8) << h;
+                    }
+                    dst[16 + 4 * c + t] = byte;
+                }
+                for j in 0..4 {
+                    dst[48 + 32 * j + 4 * c..][..4].copy_from_slice(&src[6 + 4 * j..6 + 4 * j + 4]);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Unsigned 5-bit value (q + 16) of column `c`, element `e` of a Q5x8 block.
+#[inline(always)]
+fn q5x8_value(blk: &[u8], c: usize, e: usize) -> u8 {
+    let (h, t) = if e < 16 { (e / 4, e % 4) } else { (4 + (e - 16) / 4, e % 4) };
+    let hi = (blk[16 + 4 * c + t] >> h) & 1;
+    let byte = blk[48 + 32 * (h % 4) + 4 * c + t];
+    let nib = if e < 16 { byte & 0x0F } else { byte >> 4 };
+    nib | (hi << 4)
+}
+
+/// Dequantize row `r` of a Q5x8-packed matrix with the row layout's
+/// expression (`d · q + 0.0`), so the values are identical.
+pub fn q5x8_row_f32(data: &[u8], k: usize, r: usize, out: &mut [f32]) {
+    let nb = k / 32;
+    let (g, c) = (r / 8, r % 8);
+    for b in 0..nb {
+        let blk = &data[(g * nb + b) * Q5X8_BLOCK..][..Q5X8_BLOCK];
+        let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
+        let m = 0.0f32;
+        for e in 0..32 {
+            out[b * 32 + e] = d * (q5x8_value(blk, c, e) as i32 - 16) as f32 + m;
+        }
+    }
+}
+
+/// Scalar twin of the packed Q5x8 kernels for one (activation row, column):
+/// per block, the exact integer Σ (u − 16)·a, then `acc = fma(isum, d·a.d,
+/// acc)` in block order — the operations of [`dot_q8x8_scalar`] on the Q8_0
+/// form of the block, so the same bits.
+pub fn dot_q5x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::ActBlock]) -> f32 {
+    let nb = k / 32;
+    let (g, c) = (col / 8, col % 8);
+    let mut acc = 0f32;
+    for (b, ab) in a.iter().enumerate().take(nb) {
+        let blk = &data[(g * nb + b) * Q5X8_BLOCK..][..Q5X8_BLOCK];
+        let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
+        let mut isum = 0i32;
+        for e in 0..32 {
+            isum += (q5x8_value(blk, c, e) as i32 - 16) * ab.qs[e] as i32;
+        }
+        acc = (isum as f32).mul_add(d * ab.d, acc);
+    }
+    acc
+}
+
 /// A Q5_0 matrix rewritten as Q8_0 blocks: each block's 32 values (−16…15)
-/// as int8 beside the same f16 scale. Exact (both formats mean d·q), so the
-/// result can go through [`pack_q8x8`] and the packed Q8 kernels, which read
-/// 8.5 bits per weight instead of 5.5 but run several times faster than the
-/// row-layout Q5_0 tiles. None when `data` is not whole Q5_0 blocks.
+/// as int8 beside the same f16 scale. Exact (both formats mean d·q); the
+/// tests use it to show that Q5x8 gives the bits of this Q8_0 form run as
+/// Q8x8. None when `data` is not whole Q5_0 blocks.
 pub fn q5_0_to_q8_0(data: &[u8]) -> Option<Vec<u8>> {
     use crate::quant::formats::{Format, Q5_0};
     if data.len() % Q5_0::BYTES != 0 {

@@ -146,25 +146,90 @@ mod packed {
         (data, packed)
     }
 
-    /// Q5_0 rewritten as Q8_0 and packed as Q8x8 holds the same numbers:
-    /// every dequantized weight has the same bits.
+    /// A random Q5_0 matrix whose first block of each row holds the extremes
+    /// (values −16 and 15).
+    fn q5_0_weight(n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+        let mut data = random_weight(GgmlType::Q5_0, n, k, rng);
+        for row in data.chunks_exact_mut(k / 32 * 22) {
+            row[2..6].copy_from_slice(&0x8000_0002u32.to_le_bytes());
+            row[6] = 0xF0; // element 0: 0 (−16); element 16: 15 (−1)
+            row[7] = 0x0F; // element 1: 15 | 16 = 31 (15)
+            row[21] = 0xFF; // element 31: 15 | 16 = 31 (15)
+        }
+        data
+    }
+
     #[test]
-    fn q5_0_as_packed_q8_dequantizes_like_the_original() {
+    fn q5x8_rows_dequantize_like_the_original() {
         let mut rng = Rng(17);
         let (n, k) = (24, 160);
-        let data = random_weight(GgmlType::Q5_0, n, k, &mut rng);
-        let q8 = tandem_kernels::pack::q5_0_to_q8_0(&data).unwrap();
-        assert_eq!(q8.len(), n * k / 32 * 34);
-        let packed = pack_q8x8(n, k, &q8).unwrap();
+        let data = q5_0_weight(n, k, &mut rng);
+        let packed = tandem_kernels::pack::pack_q5x8(n, k, &data).unwrap();
+        assert_eq!(packed.len(), data.len(), "5.5 bits per weight, like Q5_0");
         let w = Weight::new("w", GgmlType::Q5_0, n, k, &data).unwrap();
-        let p = Weight::packed_q8x8("w", n, k, &packed).unwrap();
+        let p = Weight::packed_q5x8("w", n, k, &packed).unwrap();
         for r in 0..n {
             let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
             w.row_f32(r, &mut a);
             p.row_f32(r, &mut b);
             assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "row {r}");
         }
-        assert!(tandem_kernels::pack::q5_0_to_q8_0(&data[1..]).is_none());
+        assert!(tandem_kernels::pack::pack_q5x8(12, k, &data[..12 * 5 * 22]).is_none(), "n % 8 != 0");
+        assert!(tandem_kernels::pack::pack_q5x8(n, 128, &data).is_none(), "size mismatch");
+        assert!(Weight::packed_q5x8("w", n, 128, &packed).is_err(), "size mismatch");
+    }
+
+    /// Q5x8 gives the bits of the scalar twin, with 1 and 2 threads, and the
+    /// bits of the same blocks rewritten as Q8_0 and run as Q8x8 (both reduce
+    /// to the same exact integer per block).
+    #[test]
+    fn q5x8_simd_equals_scalar_twin_and_the_q8_form() {
+        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+        let mut rng = Rng(18);
+        for (n, k, m) in [(8, 32, 1), (16, 64, 2), (24, 96, 3), (40, 160, 6), (64, 32, 9), (16, 256, 16)] {
+            let data = q5_0_weight(n, k, &mut rng);
+            let packed = tandem_kernels::pack::pack_q5x8(n, k, &data).unwrap();
+            let q8 = pack_q8x8(n, k, &tandem_kernels::pack::q5_0_to_q8_0(&data).unwrap()).unwrap();
+            let p = Weight::packed_q5x8("w", n, k, &packed).unwrap();
+            let p8 = Weight::packed_q8x8("w", n, k, &q8).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|i| if i % 5 == 0 { rng.f().signum() * 3.0 } else { rng.f() }).collect();
+            let want = matmul_reference(&p, &x, m);
+            for pool in &pools {
+                let (mut y, mut y8) = (vec![0f32; m * n], vec![0f32; m * n]);
+                matmul(pool, &p, &x, m, &mut y);
+                matmul(pool, &p8, &x, m, &mut y8);
+                for i in 0..y.len() {
+                    assert_eq!(y[i].to_bits(), want[i].to_bits(), "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], want[i]);
+                    assert_eq!(y[i].to_bits(), y8[i].to_bits(), "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], y8[i]);
+                }
+            }
+        }
+        assert!(tandem_kernels::pack::q5_0_to_q8_0(&[0u8; 21]).is_none());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+        #[test]
+        fn q5x8_rows_are_batch_invariant(m in 1usize..=16, groups in 1usize..6, units in 1usize..4, seed in any::<u64>()) {
+            let (n, k) = (groups * 8, units * 32);
+            let mut rng = Rng(seed | 1);
+            let data = q5_0_weight(n, k, &mut rng);
+            let packed = tandem_kernels::pack::pack_q5x8(n, k, &data).unwrap();
+            let w = Weight::packed_q5x8("w", n, k, &packed).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut y = vec![0f32; m * n];
+                matmul(&pool, &w, &x, m, &mut y);
+                for r in 0..m {
+                    let mut y1 = vec![0f32; n];
+                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
+                    for c in 0..n {
+                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -301,6 +366,75 @@ mod packed {
             let data = q6k_weight(n, k, &mut rng);
             let packed = tandem_kernels::pack::pack_q6x8(n, k, &data).unwrap();
             let w = Weight::packed_q6x8("w", n, k, &packed).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut y = vec![0f32; m * n];
+                matmul(&pool, &w, &x, m, &mut y);
+                for r in 0..m {
+                    let mut y1 = vec![0f32; n];
+                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
+                    for c in 0..n {
+                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q4kx8_rows_dequantize_like_the_original() {
+        let mut rng = Rng(41);
+        let (n, k) = (16, 512);
+        let data = random_weight(GgmlType::Q4K, n, k, &mut rng);
+        let packed = tandem_kernels::pack::pack_q4kx8(n, k, &data).unwrap();
+        let w = Weight::new("w", GgmlType::Q4K, n, k, &data).unwrap();
+        let p = Weight::packed_q4kx8("w", n, k, &packed).unwrap();
+        for r in 0..n {
+            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+            w.row_f32(r, &mut a);
+            p.row_f32(r, &mut b);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "row {r}");
+        }
+        assert!(tandem_kernels::pack::pack_q4kx8(12, k, &data[..12 * 288]).is_none(), "n % 8 != 0");
+        assert!(tandem_kernels::pack::pack_q4kx8(n, 256, &data).is_none(), "size mismatch");
+        assert!(Weight::packed_q4kx8("w", n, 320, &packed).is_err(), "k % 256 != 0");
+    }
+
+    #[test]
+    fn q4kx8_simd_equals_scalar_twin_and_is_close_to_rows() {
+        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+        let mut rng = Rng(42);
+        for (n, k, m) in [(8, 256, 1), (16, 512, 2), (24, 256, 3), (40, 768, 6), (64, 256, 9), (16, 256, 16)] {
+            let data = random_weight(GgmlType::Q4K, n, k, &mut rng);
+            let packed = tandem_kernels::pack::pack_q4kx8(n, k, &data).unwrap();
+            let w = Weight::new("w", GgmlType::Q4K, n, k, &data).unwrap();
+            let p = Weight::packed_q4kx8("w", n, k, &packed).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|i| if i % 7 == 0 { rng.f().signum() * 3.0 } else { rng.f() }).collect();
+            let want = matmul_reference(&p, &x, m);
+            let rows = matmul_reference(&w, &x, m);
+            for pool in &pools {
+                let mut y = vec![0f32; m * n];
+                matmul(pool, &p, &x, m, &mut y);
+                for i in 0..y.len() {
+                    assert_eq!(y[i].to_bits(), want[i].to_bits(), "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], want[i]);
+                    let tol = 1e-4 * (1.0 + rows[i].abs()) * 64.0;
+                    assert!((y[i] - rows[i]).abs() <= tol, "n={n} k={k} m={m} idx={i}: {} vs {}", y[i], rows[i]);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+        #[test]
+        fn q4kx8_rows_are_batch_invariant(m in 1usize..=16, groups in 1usize..4, units in 1usize..3, seed in any::<u64>()) {
+            let (n, k) = (groups * 8, units * 256);
+            let mut rng = Rng(seed | 1);
+            let data = random_weight(GgmlType::Q4K, n, k, &mut rng);
+            let packed = tandem_kernels::pack::pack_q4kx8(n, k, &data).unwrap();
+            let w = Weight::packed_q4kx8("w", n, k, &packed).unwrap();
             let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
             for threads in [1, 2] {
                 let pool = ThreadPool::new(threads);

@@ -16,19 +16,16 @@ pub struct WeightRef {
     storage: Storage,
 }
 
-/// The packed layout for a matrix of type `ty`, if one applies, with the type
-/// its packed bytes hold: Q4_0/Q4_1 as Q4x8, Q6_K as Q6x8, Q8_0 as Q8x8, and Q5_0 as Q8x8
-/// too (rewritten exactly as Q8_0: the row-layout Q5_0 tiles are
-/// compute-bound far below the memory stream, BENCHMARKS.md §0b).
-fn pack(ty: GgmlType, n: usize, k: usize, bytes: &[u8]) -> (GgmlType, Option<Storage>) {
-    use tandem_kernels::pack::{pack_q4x8, pack_q6x8, pack_q8x8, q5_0_to_q8_0};
+/// The packed layout for a matrix of type `ty`, if one applies: Q4_0/Q4_1 as
+/// Q4x8, Q4_K as Q4Kx8, Q5_0 as Q5x8, Q6_K as Q6x8 and Q8_0 as Q8x8.
+fn pack(ty: GgmlType, n: usize, k: usize, bytes: &[u8]) -> Option<Storage> {
+    use tandem_kernels::pack::{pack_q4kx8, pack_q4x8, pack_q5x8, pack_q6x8, pack_q8x8};
     match ty {
-        GgmlType::Q8_0 => (ty, pack_q8x8(n, k, bytes).map(|p| Storage::Q8x8(p.into()))),
-        GgmlType::Q5_0 if n % 8 == 0 => {
-            (GgmlType::Q8_0, q5_0_to_q8_0(bytes).and_then(|q8| pack_q8x8(n, k, &q8)).map(|p| Storage::Q8x8(p.into())))
-        }
-        GgmlType::Q6K => (ty, pack_q6x8(n, k, bytes).map(|p| Storage::Q6x8(p.into()))),
-        _ => (ty, pack_q4x8(ty, n, k, bytes).map(|p| Storage::Q4x8(p.into()))),
+        GgmlType::Q8_0 => pack_q8x8(n, k, bytes).map(|p| Storage::Q8x8(p.into())),
+        GgmlType::Q5_0 => pack_q5x8(n, k, bytes).map(|p| Storage::Q5x8(p.into())),
+        GgmlType::Q6K => pack_q6x8(n, k, bytes).map(|p| Storage::Q6x8(p.into())),
+        GgmlType::Q4K => pack_q4kx8(n, k, bytes).map(|p| Storage::Q4Kx8(p.into())),
+        _ => pack_q4x8(ty, n, k, bytes).map(|p| Storage::Q4x8(p.into())),
     }
 }
 
@@ -38,10 +35,14 @@ enum Storage {
     Mapped { start: usize, len: usize },
     /// Repacked Q4_0/Q4_1 copy (see `tandem_kernels::pack`).
     Q4x8(std::sync::Arc<[u8]>),
-    /// Repacked Q8_0 (or Q5_0 rewritten as Q8_0) copy (see `tandem_kernels::pack`).
+    /// Repacked Q8_0 copy (see `tandem_kernels::pack`).
     Q8x8(std::sync::Arc<[u8]>),
+    /// Repacked Q5_0 copy (see `tandem_kernels::pack`).
+    Q5x8(std::sync::Arc<[u8]>),
     /// Repacked Q6_K copy (see `tandem_kernels::pack`).
     Q6x8(std::sync::Arc<[u8]>),
+    /// Repacked Q4_K copy (see `tandem_kernels::pack`).
+    Q4Kx8(std::sync::Arc<[u8]>),
     /// An owned matrix in GGUF's row layout (e.g. rows gathered for a reduced
     /// draft vocabulary).
     Owned(std::sync::Arc<[u8]>),
@@ -72,9 +73,7 @@ impl WeightRef {
         }
         if let Storage::Mapped { start, len } = w.storage {
             let bytes = &g.bytes()[start..start + len];
-            let (ty, packed) = pack(w.ty, n, k, bytes);
-            if let Some(p) = packed {
-                w.ty = ty;
+            if let Some(p) = pack(w.ty, n, k, bytes) {
                 w.storage = p;
                 g.release(start..start + len);
             }
@@ -99,12 +98,9 @@ impl WeightRef {
         }
         let n = rows.len();
         Weight::new(name, t.ty, n, self.k, &bytes)?;
-        let (ty, storage) = if std::env::var("TANDEM_NO_REPACK").is_ok() { (t.ty, None) } else { pack(t.ty, n, self.k, &bytes) };
-        let (ty, storage) = match storage {
-            Some(p) => (ty, p),
-            None => (t.ty, Storage::Owned(bytes.into())),
-        };
-        Ok(WeightRef { name: name.into(), ty, n, k: self.k, storage })
+        let packed = if std::env::var("TANDEM_NO_REPACK").is_ok() { None } else { pack(t.ty, n, self.k, &bytes) };
+        let storage = packed.unwrap_or_else(|| Storage::Owned(bytes.into()));
+        Ok(WeightRef { name: name.into(), ty: t.ty, n, k: self.k, storage })
     }
 
     #[inline]
@@ -116,6 +112,8 @@ impl WeightRef {
             Storage::Q4x8(p) => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
             Storage::Q8x8(p) => Weight::packed_q8x8(&self.name, self.n, self.k, p),
             Storage::Q6x8(p) => Weight::packed_q6x8(&self.name, self.n, self.k, p),
+            Storage::Q5x8(p) => Weight::packed_q5x8(&self.name, self.n, self.k, p),
+            Storage::Q4Kx8(p) => Weight::packed_q4kx8(&self.name, self.n, self.k, p),
             Storage::Owned(b) => Weight::new(&self.name, self.ty, self.n, self.k, b),
         }
         .expect("validated at load")

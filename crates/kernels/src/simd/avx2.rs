@@ -573,6 +573,101 @@ pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR],
     }
 }
 
+/// Packed Q4Kx8 kernel: MR activation rows × the 8 columns of group `grp`
+/// (see `pack`); mirrors `pack::dot_q4kx8_scalar` lane for lane.
+///
+/// Per sub-block, the integer part of [`dot_q4x8`] (nibbles by activations,
+/// exact in i16: 8 · 2 · 15 · 127 < 2¹⁵), then the sub-block's scale and min
+/// as the f32 products `d · sc` and `−(dmin · m)`, and the twin's two fmas.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4kx8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+    use crate::pack::Q4KX8_SUPER;
+    let nb = a[0].len();
+    debug_assert!(nb % 8 == 0 && grp.len() >= nb / 8 * Q4KX8_SUPER);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let neg = _mm256_set1_ps(-0.0);
+    let mut acc = [_mm256_setzero_ps(); MR];
+    let mut summ = [_mm256_setzero_ps(); MR];
+    for sb in 0..nb / 8 {
+        let p = grp.as_ptr().add(sb * Q4KX8_SUPER);
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        for s in 0..8 {
+            let b = 8 * sb + s;
+            let q4 = p.add(160 + 128 * s);
+            prefetch_stream(q4.wrapping_add(STREAM_AHEAD), 128);
+            let scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i)));
+            let mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i)));
+            let dsc = _mm256_mul_ps(dv, scv);
+            let dmn = _mm256_xor_ps(_mm256_mul_ps(mv, mnv), neg);
+            let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+            let mut sum16 = [_mm256_setzero_si256(); MR];
+            for j in 0..4 {
+                let pj = _mm256_loadu_si256(q4.add(32 * j) as *const __m256i);
+                let lo = _mm256_and_si256(pj, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
+                for m in 0..MR {
+                    let al = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                    let ah = _mm256_set1_epi32(q[m].add(j + 4).read_unaligned());
+                    sum16[m] = _mm256_add_epi16(sum16[m], _mm256_maddubs_epi16(lo, al));
+                    sum16[m] = _mm256_add_epi16(sum16[m], _mm256_maddubs_epi16(hi, ah));
+                }
+            }
+            for m in 0..MR {
+                let ab = a[m].get_unchecked(b);
+                let isum = _mm256_madd_epi16(sum16[m], ones);
+                let dd = _mm256_mul_ps(dsc, _mm256_set1_ps(ab.d));
+                acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+                summ[m] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(ab.s), summ[m]);
+            }
+        }
+    }
+    for m in 0..MR {
+        _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+    }
+}
+
+/// Packed Q5x8 kernel: MR activation rows × the 8 columns of group `grp`
+/// (see `pack`); mirrors `pack::dot_q5x8_scalar` lane for lane.
+///
+/// The integer part is exact: `maddubs` of the unsigned 5-bit values (≤ 31)
+/// by the activations (|a| ≤ 127) forms pairs of at most 7874, four of which
+/// still fit i16, so each half block is widened to i32 once; subtracting
+/// `16 · Σ a` leaves Σ q·a. The float part is one fma per block per
+/// (row, column), in block order, like the twin.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+    use crate::pack::Q5X8_BLOCK;
+    let nb = a[0].len();
+    debug_assert!(grp.len() >= nb * Q5X8_BLOCK);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); MR];
+    for b in 0..nb {
+        let p = grp.as_ptr().add(b * Q5X8_BLOCK);
+        prefetch_stream(p.wrapping_add(STREAM_AHEAD), Q5X8_BLOCK);
+        let (dv, r) = unpack_q5x8_block!(p);
+        for m in 0..MR {
+            let ab = a[m].get_unchecked(b);
+            let q = ab.qs.as_ptr() as *const i32;
+            let mut s = [_mm256_setzero_si256(); 2];
+            for j in 0..8 {
+                let av = _mm256_set1_epi32(q.add(j).read_unaligned());
+                s[j / 4] = _mm256_add_epi16(s[j / 4], _mm256_maddubs_epi16(r[j], av));
+            }
+            let isum = _mm256_add_epi32(_mm256_madd_epi16(s[0], ones), _mm256_madd_epi16(s[1], ones));
+            let exact = _mm256_sub_epi32(isum, _mm256_set1_epi32(16 * ab.sum));
+            let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), dd, acc[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+    }
+}
+
 /// Packed Q6x8 kernel: MR activation rows × the 8 columns of group `grp`
 /// (see `pack`); mirrors `pack::dot_q6x8_scalar` lane for lane.
 ///

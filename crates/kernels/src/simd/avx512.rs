@@ -27,7 +27,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::pack::{Q4X8_BLOCK, Q8X8_BLOCK};
+use crate::pack::{Q4X8_BLOCK, Q5X8_BLOCK, Q8X8_BLOCK};
 use crate::quant::ActBlock;
 
 /// Two 16-byte halves (group 0's, group 1's) as one 256-bit vector.
@@ -80,6 +80,59 @@ pub(crate) unsafe fn dot_q4x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
     }
     for m in 0..MR {
         _mm512_storeu_ps(out[m].as_mut_ptr(), _mm512_add_ps(acc[m], summ[m]));
+    }
+}
+
+/// Q5x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
+/// per lane the unpacking of `unpack_q5x8_block` and the operations of
+/// `vnni::dot_q5x8`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn dot_q5x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+    let nb = a[0].len();
+    debug_assert!(g0.len() >= nb * Q5X8_BLOCK && g1.len() >= nb * Q5X8_BLOCK);
+    let m4 = _mm512_set1_epi8(0x0F);
+    let b4 = _mm512_set1_epi8(0x10);
+    let mut acc = [_mm512_setzero_ps(); MR];
+    for b in 0..nb {
+        let p0 = g0.as_ptr().add(b * Q5X8_BLOCK);
+        let p1 = g1.as_ptr().add(b * Q5X8_BLOCK);
+        let dv = _mm512_cvtph_ps(pair128(p0, p1));
+        let hv = pair256(p0.add(16), p1.add(16));
+        let fifth = [
+            _mm512_slli_epi16::<4>(hv),
+            _mm512_slli_epi16::<3>(hv),
+            _mm512_slli_epi16::<2>(hv),
+            _mm512_slli_epi16::<1>(hv),
+            hv,
+            _mm512_srli_epi16::<1>(hv),
+            _mm512_srli_epi16::<2>(hv),
+            _mm512_srli_epi16::<3>(hv),
+        ];
+        let mut r = [_mm512_setzero_si512(); 8];
+        for j in 0..4 {
+            let pj = pair256(p0.add(48 + 32 * j), p1.add(48 + 32 * j));
+            let lo = _mm512_and_si512(pj, m4);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
+            r[j] = _mm512_or_si512(lo, _mm512_and_si512(fifth[j], b4));
+            r[j + 4] = _mm512_or_si512(hi, _mm512_and_si512(fifth[j + 4], b4));
+        }
+        for m in 0..MR {
+            let ab = a[m].get_unchecked(b);
+            let q = ab.qs.as_ptr() as *const i32;
+            let mut s0 = _mm512_setzero_si512();
+            let mut s1 = _mm512_setzero_si512();
+            for j in (0..8).step_by(2) {
+                s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
+                s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
+            }
+            let exact = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(16 * ab.sum));
+            let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), dd, acc[m]);
+        }
+    }
+    for m in 0..MR {
+        _mm512_storeu_ps(out[m].as_mut_ptr(), acc[m]);
     }
 }
 
@@ -137,6 +190,15 @@ mod tests {
             for c in 0..16 {
                 let want = crate::pack::dot_q4x8_scalar(&q4, nb * 32, c, &a[m]);
                 assert_eq!(x[m][c].to_bits(), want.to_bits(), "q4x16 MR={MR} row {m} col {c}");
+            }
+        }
+        let q5 = crate::pack::pack_q5x8(16, nb * 32, &blocks(rng, 16, nb, 22, 1)).unwrap();
+        let h5 = nb * Q5X8_BLOCK;
+        unsafe { dot_q5x16::<MR>(&q5[..h5], &q5[h5..], ar, &mut x) };
+        for m in 0..MR {
+            for c in 0..16 {
+                let want = crate::pack::dot_q5x8_scalar(&q5, nb * 32, c, &a[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q5x16 MR={MR} row {m} col {c}");
             }
         }
         unsafe { dot_q8x16::<MR>(&q8[..h8], &q8[h8..], ar, &mut x) };

@@ -31,6 +31,42 @@ macro_rules! unpack_q4x8_block {
     }};
 }
 
+/// Unpack one Q5x8 group block at byte pointer `$p` (see `pack`): the eight
+/// column scales as f32 and the 256 unsigned 5-bit values (q + 16) as eight
+/// byte vectors ordered as in [`unpack_q4x8_block`]. The fifth bit of vector
+/// h is bit h of each `H` byte, moved to bit 4 by a 16-bit shift that never
+/// crosses a byte for the bits kept. Same requirements as
+/// `unpack_q4x8_block`, with `$p` valid for `Q5X8_BLOCK` bytes.
+#[cfg(target_arch = "x86_64")]
+macro_rules! unpack_q5x8_block {
+    ($p:expr) => {{
+        let p: *const u8 = $p;
+        let m4 = _mm256_set1_epi8(0x0F);
+        let b4 = _mm256_set1_epi8(0x10);
+        let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let hv = _mm256_loadu_si256(p.add(16) as *const __m256i);
+        let fifth = [
+            _mm256_slli_epi16::<4>(hv),
+            _mm256_slli_epi16::<3>(hv),
+            _mm256_slli_epi16::<2>(hv),
+            _mm256_slli_epi16::<1>(hv),
+            hv,
+            _mm256_srli_epi16::<1>(hv),
+            _mm256_srli_epi16::<2>(hv),
+            _mm256_srli_epi16::<3>(hv),
+        ];
+        let mut r = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let pj = _mm256_loadu_si256(p.add(48 + 32 * j) as *const __m256i);
+            let lo = _mm256_and_si256(pj, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(pj), m4);
+            r[j] = _mm256_or_si256(lo, _mm256_and_si256(fifth[j], b4));
+            r[j + 4] = _mm256_or_si256(hi, _mm256_and_si256(fifth[j + 4], b4));
+        }
+        (dv, r)
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -57,6 +57,37 @@ macro_rules! vnni_kernels {
             }
         }
 
+        /// Packed Q5x8 kernel; same contract and bits as `avx2::dot_q5x8`:
+        /// `vpdpbusd` takes the unsigned 5-bit values as they are, and
+        /// `16 · Σ a` is subtracted per block.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_q5x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+            use crate::pack::Q5X8_BLOCK;
+            let nb = a[0].len();
+            debug_assert!(grp.len() >= nb * Q5X8_BLOCK);
+            let mut acc = [_mm256_setzero_ps(); MR];
+            for b in 0..nb {
+                let (dv, r) = unpack_q5x8_block!(grp.as_ptr().add(b * Q5X8_BLOCK));
+                for m in 0..MR {
+                    let ab = a[m].get_unchecked(b);
+                    let q = ab.qs.as_ptr() as *const i32;
+                    let mut s0 = _mm256_setzero_si256();
+                    let mut s1 = _mm256_setzero_si256();
+                    for j in (0..8).step_by(2) {
+                        s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
+                        s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+                    }
+                    let exact = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(16 * ab.sum));
+                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), dd, acc[m]);
+                }
+            }
+            for m in 0..MR {
+                _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+            }
+        }
+
         /// Packed Q8x8 kernel; same contract and bits as `avx2::dot_q8x8`.
         /// `vpdpbusd` needs an unsigned operand, so it takes the weights as
         /// `w + 128` (top bit flipped, shared by the rows) and subtracts
@@ -133,6 +164,21 @@ mod tests {
                 let want = crate::pack::dot_q4x8_scalar(&q4, nb * 32, c, &a[m]);
                 assert_eq!(x[m][c].to_bits(), want.to_bits(), "q4x8 vnni MR={MR} row {m} col {c}");
                 assert_eq!(y[m][c].to_bits(), want.to_bits(), "q4x8 avx2 MR={MR} row {m} col {c}");
+            }
+        }
+        let q5 = crate::pack::pack_q5x8(8, nb * 32, &blocks(rng, 8, nb, 22, 1)).unwrap();
+        unsafe {
+            match kind {
+                Vnni::Avx => super::avx::dot_q5x8::<MR>(&q5, ar, &mut x),
+                _ => super::evex::dot_q5x8::<MR>(&q5, ar, &mut x),
+            }
+            crate::simd::avx2::dot_q5x8::<MR>(&q5, ar, &mut y);
+        }
+        for m in 0..MR {
+            for c in 0..8 {
+                let want = crate::pack::dot_q5x8_scalar(&q5, nb * 32, c, &a[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q5x8 vnni MR={MR} row {m} col {c}");
+                assert_eq!(y[m][c].to_bits(), want.to_bits(), "q5x8 avx2 MR={MR} row {m} col {c}");
             }
         }
         unsafe {
