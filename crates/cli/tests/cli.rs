@@ -51,6 +51,34 @@ fn peak_rss_within_model_size_plus_64mib_at_ctx_512() {
     assert!(rss <= size + 64.0, "peak RSS {rss} MiB > model {size} MiB + 64 MiB");
 }
 
+/// Peak RSS with the context full: Qwen2.5-Coder-0.5B (491 MB, fetched on
+/// first use) at `--ctx 4096`, a 3,754-token raw prompt and generation until
+/// the context ends, within the file size + 128 MiB.
+#[test]
+#[ignore = "fetches the 491 MB coding model; run by .ci/run"]
+fn qwen_peak_rss_with_a_full_4096_context_within_file_size_plus_128mib() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/perplexity_text_python.txt")).unwrap();
+    let prompt: String = text.chars().take(17_500).collect();
+    let model = tandem_engine::fetch::ensure_model(
+        &tandem_engine::fetch::QWEN25_CODER_05B,
+        &tandem_engine::fetch::models_dir(),
+        false,
+    )
+    .unwrap();
+    let m = model.to_str().unwrap();
+    let (_, err) = run_ok(&["-m", m, "--raw", "-p", &prompt, "-n", "1000", "--ctx", "4096", "--temp", "0", "-t", "2"]);
+    assert!(err.contains("stop: Context"), "the context must fill: {err}");
+    let rss: f64 = err
+        .split("peak RSS: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .expect("peak RSS in stats line");
+    let size = std::fs::metadata(&model).unwrap().len() as f64 / (1 << 20) as f64;
+    println!("peak RSS {rss:.1} MiB, model {size:.1} MiB, limit {:.1} MiB", size + 128.0);
+    assert!(rss <= size + 128.0, "peak RSS {rss} MiB > model {size} MiB + 128 MiB");
+}
+
 #[test]
 fn interactive_chat_handles_commands() {
     let mut child = tandem()

@@ -1,6 +1,9 @@
 /// Per-layer key/value rows for positions `0..len`, f32, laid out
-/// `[position][kv_head][head_dim]`. Memory grows with use, in steps of
-/// [`KvCache::GROW`] positions, up to the context size.
+/// `[position][kv_head][head_dim]`. Each layer's K and V are one allocation
+/// of the whole context, reserved at first use: the OS commits its pages as
+/// positions are written, so resident memory grows with use, and rows are
+/// never moved (growing in steps left the heap fragmented: at `--ctx 4096`
+/// the reallocations cost more resident memory than the rows themselves).
 ///
 /// Rolling back is truncation: rows past the new length are simply forgotten.
 #[derive(Debug, Clone)]
@@ -31,8 +34,6 @@ impl KvSnapshot {
 }
 
 impl KvCache {
-    pub const GROW: usize = 256;
-
     pub fn new(n_layer: usize, kv_dim: usize, ctx: usize) -> Self {
         KvCache { n_layer, kv_dim, ctx, len: 0, k: vec![Vec::new(); n_layer], v: vec![Vec::new(); n_layer] }
     }
@@ -91,9 +92,9 @@ impl KvCache {
         for (buf, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
             let need = buf.len() + src.len();
             if need > buf.capacity() {
-                let want_pos = (need / self.kv_dim).div_ceil(Self::GROW) * Self::GROW;
-                let want = want_pos.min(self.ctx).max(need / self.kv_dim) * self.kv_dim;
-                buf.reserve_exact(want - buf.len());
+                // the whole context at once (first use, or a clone, which
+                // holds just its rows)
+                buf.reserve_exact((self.ctx * self.kv_dim).max(need) - buf.len());
             }
             buf.extend_from_slice(src);
         }

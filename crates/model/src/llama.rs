@@ -199,12 +199,16 @@ impl Model {
     pub fn from_gguf(g: Arc<Gguf>) -> Result<Self, ModelError> {
         let cfg = Config::from_gguf(&g)?;
         let d = cfg.d_model;
-        let tok_embd = WeightRef::load_packed(&g, "token_embd.weight", d, cfg.vocab)?;
-        let output = if g.tensor_info("output.weight").is_some() {
-            WeightRef::load_packed(&g, "output.weight", d, cfg.vocab)?
+        // an embedding table that is only looked up stays in the map, so only
+        // the rows of tokens seen are ever resident; a tied one is also the
+        // output head and is packed for it
+        let tied = g.tensor_info("output.weight").is_none();
+        let tok_embd = if tied {
+            WeightRef::load_packed(&g, "token_embd.weight", d, cfg.vocab)?
         } else {
-            tok_embd.clone()
+            WeightRef::load(&g, "token_embd.weight", d, cfg.vocab)?
         };
+        let output = if tied { tok_embd.clone() } else { WeightRef::load_packed(&g, "output.weight", d, cfg.vocab)? };
         let output_norm = load_vec(&g, "output_norm.weight", d)?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {

@@ -1,5 +1,8 @@
+use std::ops::Range;
+use std::sync::Arc;
+
 use tandem_gguf::{GgmlType, Gguf};
-use tandem_kernels::matmul::Weight;
+use tandem_kernels::matmul::{Layout, Weight};
 
 use crate::ModelError;
 
@@ -16,36 +19,61 @@ pub struct WeightRef {
     storage: Storage,
 }
 
-/// The packed layout for a matrix of type `ty`, if one applies: Q4_0/Q4_1 as
-/// Q4x8, Q4_K as Q4Kx8, Q5_0 as Q5x8, Q6_K as Q6x8 and Q8_0 as Q8x8.
-fn pack(ty: GgmlType, n: usize, k: usize, bytes: &[u8]) -> Option<Storage> {
+/// Source bytes packed per step at load: the packed copy grows while the
+/// mapped pages it came from are released, so loading never holds a large
+/// matrix twice.
+const PACK_CHUNK_BYTES: usize = 4 << 20;
+
+/// The packed layout for a matrix of type `ty`, if one applies (Q4_0/Q4_1 as
+/// Q4x8, Q4_K as Q4Kx8, Q5_0 as Q5x8, Q6_K as Q6x8 and Q8_0 as Q8x8), built a
+/// few MiB of rows at a time; `consumed(range)` is called with the source
+/// bytes used so far after each step. Packing works per group of 8 rows, so
+/// the chunks concatenate to the layout of the whole matrix.
+fn pack(ty: GgmlType, n: usize, k: usize, bytes: &[u8], mut consumed: impl FnMut(Range<usize>)) -> Option<Storage> {
     use tandem_kernels::pack::{pack_q4kx8, pack_q4x8, pack_q5x8, pack_q6x8, pack_q8x8};
-    match ty {
-        GgmlType::Q8_0 => pack_q8x8(n, k, bytes).map(|p| Storage::Q8x8(p.into())),
-        GgmlType::Q5_0 => pack_q5x8(n, k, bytes).map(|p| Storage::Q5x8(p.into())),
-        GgmlType::Q6K => pack_q6x8(n, k, bytes).map(|p| Storage::Q6x8(p.into())),
-        GgmlType::Q4K => pack_q4kx8(n, k, bytes).map(|p| Storage::Q4Kx8(p.into())),
-        _ => pack_q4x8(ty, n, k, bytes).map(|p| Storage::Q4x8(p.into())),
+    let layout = match ty {
+        GgmlType::Q8_0 => Layout::Q8x8,
+        GgmlType::Q5_0 => Layout::Q5x8,
+        GgmlType::Q6K => Layout::Q6x8,
+        GgmlType::Q4K => Layout::Q4Kx8,
+        GgmlType::Q4_0 | GgmlType::Q4_1 => Layout::Q4x8,
+        _ => return None,
+    };
+    if n == 0 || n % 8 != 0 || bytes.len() % n != 0 {
+        return None;
     }
+    let row_bytes = bytes.len() / n;
+    let rows = (PACK_CHUNK_BYTES / row_bytes.max(1)).max(8) / 8 * 8;
+    let mut out = Vec::new();
+    for r0 in (0..n).step_by(rows) {
+        let r1 = (r0 + rows).min(n);
+        let src = &bytes[r0 * row_bytes..r1 * row_bytes];
+        let part = match layout {
+            Layout::Q8x8 => pack_q8x8(r1 - r0, k, src),
+            Layout::Q5x8 => pack_q5x8(r1 - r0, k, src),
+            Layout::Q6x8 => pack_q6x8(r1 - r0, k, src),
+            Layout::Q4Kx8 => pack_q4kx8(r1 - r0, k, src),
+            _ => pack_q4x8(ty, r1 - r0, k, src),
+        }?;
+        if r0 == 0 {
+            out.reserve_exact(part.len() / (r1 - r0) * n);
+        }
+        out.extend_from_slice(&part);
+        consumed(0..r1 * row_bytes);
+    }
+    Some(Storage::Packed(layout, Arc::new(out)))
 }
 
 #[derive(Debug, Clone)]
 enum Storage {
     /// Bytes inside the GGUF map, in GGUF's row layout.
     Mapped { start: usize, len: usize },
-    /// Repacked Q4_0/Q4_1 copy (see `tandem_kernels::pack`).
-    Q4x8(std::sync::Arc<[u8]>),
-    /// Repacked Q8_0 copy (see `tandem_kernels::pack`).
-    Q8x8(std::sync::Arc<[u8]>),
-    /// Repacked Q5_0 copy (see `tandem_kernels::pack`).
-    Q5x8(std::sync::Arc<[u8]>),
-    /// Repacked Q6_K copy (see `tandem_kernels::pack`).
-    Q6x8(std::sync::Arc<[u8]>),
-    /// Repacked Q4_K copy (see `tandem_kernels::pack`).
-    Q4Kx8(std::sync::Arc<[u8]>),
+    /// A repacked copy in one of the kernels' interleaved layouts (see
+    /// `tandem_kernels::pack`).
+    Packed(Layout, Arc<Vec<u8>>),
     /// An owned matrix in GGUF's row layout (e.g. rows gathered for a reduced
     /// draft vocabulary).
-    Owned(std::sync::Arc<[u8]>),
+    Owned(Arc<Vec<u8>>),
 }
 
 impl WeightRef {
@@ -62,7 +90,7 @@ impl WeightRef {
         Ok(WeightRef { name: name.into(), ty: t.ty, n, k, storage: Storage::Mapped { start, len: data.len() } })
     }
 
-    /// Like [`load`](Self::load), but Q4_0/Q4_1, Q5_0, Q6_K and Q8_0 matrices with a
+    /// Like [`load`](Self::load), but Q4_0/Q4_1, Q4_K, Q5_0, Q6_K and Q8_0 matrices with a
     /// multiple of 8 rows are repacked into the interleaved layouts the batched
     /// kernels want, and the mapped pages they came from are released.
     /// `TANDEM_NO_REPACK` (any value) turns all repacking off.
@@ -73,9 +101,8 @@ impl WeightRef {
         }
         if let Storage::Mapped { start, len } = w.storage {
             let bytes = &g.bytes()[start..start + len];
-            if let Some(p) = pack(w.ty, n, k, bytes) {
+            if let Some(p) = pack(w.ty, n, k, bytes, |used| g.release(start + used.start..start + used.end)) {
                 w.storage = p;
-                g.release(start..start + len);
             }
         }
         Ok(w)
@@ -98,8 +125,8 @@ impl WeightRef {
         }
         let n = rows.len();
         Weight::new(name, t.ty, n, self.k, &bytes)?;
-        let packed = if std::env::var("TANDEM_NO_REPACK").is_ok() { None } else { pack(t.ty, n, self.k, &bytes) };
-        let storage = packed.unwrap_or_else(|| Storage::Owned(bytes.into()));
+        let packed = if std::env::var("TANDEM_NO_REPACK").is_ok() { None } else { pack(t.ty, n, self.k, &bytes, |_| {}) };
+        let storage = packed.unwrap_or_else(|| Storage::Owned(Arc::new(bytes)));
         Ok(WeightRef { name: name.into(), ty: t.ty, n, k: self.k, storage })
     }
 
@@ -109,11 +136,14 @@ impl WeightRef {
             Storage::Mapped { start, len } => {
                 Weight::new(&self.name, self.ty, self.n, self.k, &g.bytes()[*start..*start + *len])
             }
-            Storage::Q4x8(p) => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
-            Storage::Q8x8(p) => Weight::packed_q8x8(&self.name, self.n, self.k, p),
-            Storage::Q6x8(p) => Weight::packed_q6x8(&self.name, self.n, self.k, p),
-            Storage::Q5x8(p) => Weight::packed_q5x8(&self.name, self.n, self.k, p),
-            Storage::Q4Kx8(p) => Weight::packed_q4kx8(&self.name, self.n, self.k, p),
+            Storage::Packed(layout, p) => match layout {
+                Layout::Q4x8 => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
+                Layout::Q5x8 => Weight::packed_q5x8(&self.name, self.n, self.k, p),
+                Layout::Q6x8 => Weight::packed_q6x8(&self.name, self.n, self.k, p),
+                Layout::Q4Kx8 => Weight::packed_q4kx8(&self.name, self.n, self.k, p),
+                Layout::Q8x8 => Weight::packed_q8x8(&self.name, self.n, self.k, p),
+                Layout::Rows => Weight::new(&self.name, self.ty, self.n, self.k, p),
+            },
             Storage::Owned(b) => Weight::new(&self.name, self.ty, self.n, self.k, b),
         }
         .expect("validated at load")
