@@ -43,6 +43,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             "simd": format!("{:?}", tandem_kernels::simd_level()),
             "vnni": tandem_kernels::vnni(),
             "wide512": tandem_kernels::wide(),
+            "wide512_min_rows": tandem_kernels::wide_min_rows(),
             "frontiers": rows,
             "batch_costs_at_ctx128": costs,
         });
@@ -169,6 +170,7 @@ fn write_round(report: &PromptBenchReport, dir: &Path, model: &str, prompts_file
         "simd": format!("{:?}", tandem_kernels::simd_level()),
         "vnni": tandem_kernels::vnni(),
         "wide512": tandem_kernels::wide(),
+        "wide512_min_rows": tandem_kernels::wide_min_rows(),
         "report": report,
     });
     let json = serde_json::to_string_pretty(&summary)?;

@@ -118,10 +118,11 @@ pub fn load_engine(m: &ModelArgs) -> Result<Arc<Engine>> {
         t0.elapsed().as_secs_f64() * 1e3,
         threads,
         tandem_kernels::simd_level(),
-        match (tandem_kernels::vnni(), tandem_kernels::wide()) {
-            (_, true) => "+VNNI-512",
-            (true, false) => "+VNNI",
-            _ => "",
+        match (tandem_kernels::vnni(), tandem_kernels::wide(), tandem_kernels::wide_min_rows()) {
+            (_, true, 1) => "+VNNI-512".to_string(),
+            (_, true, n) => format!("+VNNI-512 from {n} rows"),
+            (true, false, _) => "+VNNI".to_string(),
+            _ => String::new(),
         }
     );
     Ok(Arc::new(engine))

@@ -1,11 +1,11 @@
 //! Time one packed matmul at M = 1…6 rows, for the per-row cost of the tile
 //! kernels (the verify pass's extra rows); with `stream`, the weight bytes per
-//! second each layout reaches at M = 1 on matrices of Qwen2.5-Coder-0.5B's
+//! second each layout reaches at M rows (default 1) on matrices of Qwen2.5-Coder-0.5B's
 //! FFN shape, cycling through more of them than the last-level cache holds
 //! (what one decode step does).
 //!
 //! cargo run --release -p tandem-kernels --example matmulprof -- [threads] [reps]
-//! cargo run --release -p tandem-kernels --example matmulprof -- stream [threads]
+//! cargo run --release -p tandem-kernels --example matmulprof -- stream [threads] [rows]
 use std::time::Instant;
 
 use tandem_gguf::GgmlType;
@@ -31,9 +31,9 @@ fn blocks(n: usize, k: usize, bb: usize, scales: usize) -> Vec<u8> {
     v
 }
 
-/// Weight bytes per second at M = 1 for each layout, over `copies` distinct
+/// Weight bytes per second at M rows for each layout, over `copies` distinct
 /// 896 × 4864 / 4864 × 896 matrices (Qwen2.5-Coder-0.5B's FFN).
-fn stream(threads: usize) {
+fn stream(threads: usize, m: usize) {
     let pool = ThreadPool::new(threads);
     let (d, f, copies) = (896, 4864, 24);
     let q5: Vec<Vec<u8>> = (0..copies).map(|_| blocks(f, d, 22, 2)).collect();
@@ -75,16 +75,16 @@ fn stream(threads: usize) {
         for _ in 0..15 {
             let t0 = Instant::now();
             for w in ws {
-                let x: Vec<f32> = (0..w.k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-                let mut y = vec![0f32; w.n];
-                matmul(&pool, w, &x, 1, &mut y);
+                let x: Vec<f32> = (0..m * w.k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+                let mut y = vec![0f32; m * w.n];
+                matmul(&pool, w, &x, m, &mut y);
             }
             t.push(t0.elapsed().as_secs_f64());
         }
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
         println!(
-            "{name:>24} {threads}t: {:.2} bits/weight, {:.1} MB in {:.2} ms = {:.1} GB/s, {:.0} M weights/ms",
+            "{name:>24} {threads}t M{m}: {:.2} bits/weight, {:.1} MB in {:.2} ms = {:.1} GB/s, {:.0} M weights/ms",
             bytes as f64 * 8.0 / (copies * d * f) as f64,
             bytes as f64 / 1e6,
             med * 1e3,
@@ -97,7 +97,8 @@ fn stream(threads: usize) {
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("stream") {
         let threads = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2);
-        return stream(threads);
+        let rows = std::env::args().nth(3).and_then(|s| s.parse().ok()).unwrap_or(1);
+        return stream(threads, rows);
     }
     let threads: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2);
     let reps: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(200);

@@ -24,4 +24,4 @@ pub mod simd;
 
 pub use matmul::{matmul, Weight, WeightError};
 pub use pool::ThreadPool;
-pub use simd::{simd_level, vnni, vnni_kind, wide, SimdLevel, Vnni};
+pub use simd::{simd_level, vnni, vnni_kind, wide, wide_min_rows, SimdLevel, Vnni};

@@ -513,7 +513,7 @@ unsafe fn cols_packed<P: Packed>(level: SimdLevel, w: &Weight, acts: &[ActBlock]
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => {
-            let wide = crate::simd::wide();
+            let wide = crate::simd::wide() && m >= crate::simd::wide_min_rows();
             let group = |g: usize| &w.data[g * nb * P::BLOCK..(g + 1) * nb * P::BLOCK];
             let (mut g, end) = (cols.start / 8, cols.end / 8);
             while g < end {

@@ -12,6 +12,8 @@
 
 use std::arch::x86_64::*;
 
+use super::{prefetch_stream, STREAM_AHEAD};
+
 use crate::quant::dot::FloatKind;
 use crate::quant::formats::{Format, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::quant::ActBlock;
@@ -457,19 +459,6 @@ pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// How far ahead (bytes) the packed kernels prefetch their weight stream.
-const STREAM_AHEAD: usize = 2048;
-
-/// Prefetch the cache lines of `len` bytes at `p`. A hint only: it cannot
-/// fault, so `p` may point past the end of the weights.
-#[inline(always)]
-unsafe fn prefetch_stream(p: *const u8, len: usize) {
-    let mut o = 0;
-    while o < len {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
-        o += 64;
-    }
-}
 
 /// Packed Q4x8 kernel: MR activation rows × the 8 columns of group `grp`
 /// (see `pack`); mirrors `pack::dot_q4x8_scalar` lane for lane.

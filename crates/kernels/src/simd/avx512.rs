@@ -29,6 +29,7 @@ use std::arch::x86_64::*;
 
 use crate::pack::{Q4X8_BLOCK, Q5X8_BLOCK, Q8X8_BLOCK};
 use crate::quant::ActBlock;
+use crate::simd::{prefetch_stream, STREAM_AHEAD};
 
 /// Two 16-byte halves (group 0's, group 1's) as one 256-bit vector.
 #[inline(always)]
@@ -55,6 +56,8 @@ pub(crate) unsafe fn dot_q4x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
     for b in 0..nb {
         let p0 = g0.as_ptr().add(b * Q4X8_BLOCK);
         let p1 = g1.as_ptr().add(b * Q4X8_BLOCK);
+        prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
+        prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
         let dv = _mm512_cvtph_ps(pair128(p0, p1));
         let mv = _mm512_cvtph_ps(pair128(p0.add(16), p1.add(16)));
         let mut r = [_mm512_setzero_si512(); 8];
@@ -97,6 +100,8 @@ pub(crate) unsafe fn dot_q5x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
     for b in 0..nb {
         let p0 = g0.as_ptr().add(b * Q5X8_BLOCK);
         let p1 = g1.as_ptr().add(b * Q5X8_BLOCK);
+        prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q5X8_BLOCK);
+        prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q5X8_BLOCK);
         let dv = _mm512_cvtph_ps(pair128(p0, p1));
         let hv = pair256(p0.add(16), p1.add(16));
         let fifth = [
@@ -149,6 +154,8 @@ pub(crate) unsafe fn dot_q8x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
     for b in 0..nb {
         let p0 = g0.as_ptr().add(b * Q8X8_BLOCK);
         let p1 = g1.as_ptr().add(b * Q8X8_BLOCK);
+        prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q8X8_BLOCK);
+        prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q8X8_BLOCK);
         let dv = _mm512_cvtph_ps(pair128(p0, p1));
         let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
         let mut isum = [_mm512_setzero_si512(); MR];

@@ -67,6 +67,25 @@ macro_rules! unpack_q5x8_block {
     }};
 }
 
+/// How far ahead (bytes) the packed kernels prefetch their weight stream.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const STREAM_AHEAD: usize = 2048;
+
+/// Prefetch the cache lines of `len` bytes at `p`. A hint only: it cannot
+/// fault, so `p` may point past the end of the weights. One-row decode reads
+/// each weight once, and on the machines measured the hardware prefetcher
+/// alone left the packed kernels well below the memory stream.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn prefetch_stream(p: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let mut o = 0;
+    while o < len {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+        o += 64;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -169,6 +188,46 @@ pub fn wide() -> bool {
         let off = std::env::var("TANDEM_SIMD").map(|v| v == "vnni256" || v == "avx2").unwrap_or(false);
         !off && simd_level() == SimdLevel::Avx2 && wide_available()
     })
+}
+
+static WIDE_MIN_ROWS: OnceLock<usize> = OnceLock::new();
+
+/// The fewest activation rows for which the packed kernels use the 512-bit
+/// tiles (where [`wide`] holds); narrower products run the 256-bit tiles,
+/// with the same bits. Prefill and verify passes always gain from the shared
+/// unpacking, but a one-row product reads each weight once and the two
+/// choices differ by CPU: on an Intel Xeon the 512-bit tiles were faster at
+/// one row (BENCHMARKS.md §6p), on an AMD EPYC (family 26) the 256-bit tiles
+/// decoded 10–20% faster on both catalogue models (§0b). So one-row products
+/// use 512 bits on Intel and 256 bits on AMD; `TANDEM_WIDE_ROWS=N` overrides.
+pub fn wide_min_rows() -> usize {
+    *WIDE_MIN_ROWS.get_or_init(|| {
+        if let Some(n) = std::env::var("TANDEM_WIDE_ROWS").ok().and_then(|v| v.parse().ok()) {
+            return n;
+        }
+        if cpu_vendor() == *b"AuthenticAMD" {
+            2
+        } else {
+            1
+        }
+    })
+}
+
+/// The CPU vendor string from `cpuid` leaf 0 (zeros off x86-64).
+fn cpu_vendor() -> [u8; 12] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `cpuid` exists on every x86-64 CPU; leaf 0 is always valid.
+        #[allow(unused_unsafe)]
+        let r = unsafe { std::arch::x86_64::__cpuid(0) };
+        let mut v = [0u8; 12];
+        v[0..4].copy_from_slice(&r.ebx.to_le_bytes());
+        v[4..8].copy_from_slice(&r.edx.to_le_bytes());
+        v[8..12].copy_from_slice(&r.ecx.to_le_bytes());
+        v
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    [0u8; 12]
 }
 
 /// Random activations and weight blocks for the kernel twin tests.

@@ -35,7 +35,9 @@ macro_rules! vnni_kernels {
             let mut acc = [_mm256_setzero_ps(); MR];
             let mut summ = [_mm256_setzero_ps(); MR];
             for b in 0..nb {
-                let (dv, mv, r) = unpack_q4x8_block!(grp.as_ptr().add(b * Q4X8_BLOCK), m4);
+                let p = grp.as_ptr().add(b * Q4X8_BLOCK);
+                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q4X8_BLOCK);
+                let (dv, mv, r) = unpack_q4x8_block!(p, m4);
                 for m in 0..MR {
                     let ab = a[m].get_unchecked(b);
                     let q = ab.qs.as_ptr() as *const i32;
@@ -68,7 +70,9 @@ macro_rules! vnni_kernels {
             debug_assert!(grp.len() >= nb * Q5X8_BLOCK);
             let mut acc = [_mm256_setzero_ps(); MR];
             for b in 0..nb {
-                let (dv, r) = unpack_q5x8_block!(grp.as_ptr().add(b * Q5X8_BLOCK));
+                let p = grp.as_ptr().add(b * Q5X8_BLOCK);
+                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q5X8_BLOCK);
+                let (dv, r) = unpack_q5x8_block!(p);
                 for m in 0..MR {
                     let ab = a[m].get_unchecked(b);
                     let q = ab.qs.as_ptr() as *const i32;
@@ -103,6 +107,7 @@ macro_rules! vnni_kernels {
             let mut acc = [_mm256_setzero_ps(); MR];
             for b in 0..nb {
                 let p = grp.as_ptr().add(b * Q8X8_BLOCK);
+                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q8X8_BLOCK);
                 let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
                 let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
                 let mut isum = [_mm256_setzero_si256(); MR];
