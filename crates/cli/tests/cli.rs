@@ -14,6 +14,16 @@ fn run_ok(args: &[&str]) -> (String, String) {
     (so, se)
 }
 
+/// The peak RSS (MiB) from the stats line on stderr.
+fn peak_rss_mib(stderr: &str) -> f64 {
+    stderr
+        .split("peak RSS: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .expect("peak RSS in stats line")
+}
+
 #[test]
 fn one_shot_greedy_is_deterministic_and_stdout_is_only_text() {
     let args = ["-p", "Name three colors.", "-n", "24", "--temp", "0", "-t", "2"];
@@ -34,12 +44,7 @@ fn seed_makes_sampling_reproducible() {
 #[test]
 fn peak_rss_within_model_size_plus_64mib_at_ctx_512() {
     let (_, err) = run_ok(&["-p", "Tell me a long story about a lighthouse keeper.", "-n", "460", "--ctx", "512", "--temp", "0"]);
-    let rss: f64 = err
-        .split("peak RSS: ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|s| s.parse().ok())
-        .expect("peak RSS in stats line");
+    let rss = peak_rss_mib(&err);
     let model = tandem_engine::fetch::ensure_model(
         &tandem_engine::fetch::DEFAULT_MODEL,
         &tandem_engine::fetch::models_dir(),
@@ -68,12 +73,7 @@ fn qwen_peak_rss_with_a_full_4096_context_within_file_size_plus_128mib() {
     let m = model.to_str().unwrap();
     let (_, err) = run_ok(&["-m", m, "--raw", "-p", &prompt, "-n", "1000", "--ctx", "4096", "--temp", "0", "-t", "2"]);
     assert!(err.contains("stop: Context"), "the context must fill: {err}");
-    let rss: f64 = err
-        .split("peak RSS: ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|s| s.parse().ok())
-        .expect("peak RSS in stats line");
+    let rss = peak_rss_mib(&err);
     let size = std::fs::metadata(&model).unwrap().len() as f64 / (1 << 20) as f64;
     println!("peak RSS {rss:.1} MiB, model {size:.1} MiB, limit {:.1} MiB", size + 128.0);
     assert!(rss <= size + 128.0, "peak RSS {rss} MiB > model {size} MiB + 128 MiB");

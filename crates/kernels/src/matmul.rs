@@ -451,12 +451,16 @@ impl Packed for PackedQ5 {
     }
 }
 
-/// Q4Kx8 has one kernel, like Q6x8; a pair of groups is two calls.
+/// Q4Kx8 has 256-bit kernels only, like Q6x8; a pair of groups is two calls.
 impl Packed for PackedQ4K {
     const BLOCK: usize = crate::pack::Q4KX8_BLOCK;
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        crate::simd::avx2::dot_q4kx8::<MR>(grp, a, out)
+        match crate::simd::vnni_kind() {
+            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q4kx8::<MR>(grp, a, out),
+            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q4kx8::<MR>(grp, a, out),
+            crate::simd::Vnni::None => crate::simd::avx2::dot_q4kx8::<MR>(grp, a, out),
+        }
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
@@ -487,13 +491,16 @@ unsafe fn two_tiles<const MR: usize>(
     }
 }
 
-/// Q6x8 has one kernel: its integer work is `maddubs` on int8 values as in
-/// the AVX2 Q8x8 kernel, and a pair of groups is two calls (the same bits).
+/// Q6x8 has 256-bit kernels only; a pair of groups is two calls (the same bits).
 impl Packed for PackedQ6 {
     const BLOCK: usize = crate::pack::Q6X8_BLOCK;
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        crate::simd::avx2::dot_q6x8::<MR>(grp, a, out)
+        match crate::simd::vnni_kind() {
+            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q6x8::<MR>(grp, a, out),
+            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q6x8::<MR>(grp, a, out),
+            crate::simd::Vnni::None => crate::simd::avx2::dot_q6x8::<MR>(grp, a, out),
+        }
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {

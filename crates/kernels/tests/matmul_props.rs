@@ -5,6 +5,7 @@
 //!   and 1 or 2 threads (compared with `to_bits`, never a tolerance).
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use tandem_gguf::GgmlType;
 use tandem_kernels::matmul::{matmul, matmul_reference, Weight};
 use tandem_kernels::ThreadPool;
@@ -58,6 +59,37 @@ fn random_weight(ty: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
         }
     }
     data
+}
+
+/// Row r of an M-row product has the bits of the same row computed alone,
+/// with 1 and 2 threads.
+fn batch_invariant(w: &Weight, x: &[f32], m: usize) -> Result<(), TestCaseError> {
+    let (n, k) = (w.n, w.k);
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        let mut y = vec![0f32; m * n];
+        matmul(&pool, w, x, m, &mut y);
+        for r in 0..m {
+            let mut y1 = vec![0f32; n];
+            matmul(&pool, w, &x[r * k..(r + 1) * k], 1, &mut y1);
+            for c in 0..n {
+                prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits(), "{} {:?} threads={} m={} row={} col={}", w.ty, w.layout(), threads, m, r, c);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every dequantized row of `p` (a packed layout) has the bits of `w`'s.
+fn same_rows(w: &Weight, p: &Weight) {
+    let k = w.k;
+    for r in 0..w.n {
+        let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+        w.row_f32(r, &mut a);
+        p.row_f32(r, &mut b);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b), "{:?} row {r}", p.layout());
+    }
 }
 
 fn k_for(ty: GgmlType, units: usize) -> usize {
@@ -121,18 +153,7 @@ proptest! {
         let data = random_weight(ty, n, k, &mut rng);
         let w = Weight::new("w", ty, n, k, &data).unwrap();
         let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
-        for threads in [1, 2] {
-            let pool = ThreadPool::new(threads);
-            let mut y = vec![0f32; m * n];
-            matmul(&pool, &w, &x, m, &mut y);
-            for r in 0..m {
-                let mut y1 = vec![0f32; n];
-                matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
-                for c in 0..n {
-                    prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits(), "{} threads={} m={} row={} col={}", ty, threads, m, r, c);
-                }
-            }
-        }
+        batch_invariant(&w, &x, m)?;
     }
 }
 
@@ -168,12 +189,7 @@ mod packed {
         assert_eq!(packed.len(), data.len(), "5.5 bits per weight, like Q5_0");
         let w = Weight::new("w", GgmlType::Q5_0, n, k, &data).unwrap();
         let p = Weight::packed_q5x8("w", n, k, &packed).unwrap();
-        for r in 0..n {
-            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
-            w.row_f32(r, &mut a);
-            p.row_f32(r, &mut b);
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "row {r}");
-        }
+        same_rows(&w, &p);
         assert!(tandem_kernels::pack::pack_q5x8(12, k, &data[..12 * 5 * 22]).is_none(), "n % 8 != 0");
         assert!(tandem_kernels::pack::pack_q5x8(n, 128, &data).is_none(), "size mismatch");
         assert!(Weight::packed_q5x8("w", n, 128, &packed).is_err(), "size mismatch");
@@ -217,18 +233,7 @@ mod packed {
             let packed = tandem_kernels::pack::pack_q5x8(n, k, &data).unwrap();
             let w = Weight::packed_q5x8("w", n, k, &packed).unwrap();
             let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
-            for threads in [1, 2] {
-                let pool = ThreadPool::new(threads);
-                let mut y = vec![0f32; m * n];
-                matmul(&pool, &w, &x, m, &mut y);
-                for r in 0..m {
-                    let mut y1 = vec![0f32; n];
-                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
-                    for c in 0..n {
-                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
-                    }
-                }
-            }
+            batch_invariant(&w, &x, m)?;
         }
     }
 
@@ -240,12 +245,7 @@ mod packed {
             let (data, packed) = both(ty, n, k, &mut rng);
             let w = Weight::new("w", ty, n, k, &data).unwrap();
             let p = Weight::packed_q4x8("w", ty, n, k, &packed).unwrap();
-            for r in 0..n {
-                let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
-                w.row_f32(r, &mut a);
-                p.row_f32(r, &mut b);
-                assert_eq!(a, b, "{ty} row {r}");
-            }
+            same_rows(&w, &p);
         }
     }
 
@@ -283,18 +283,7 @@ mod packed {
             let (_, packed) = both(ty, n, k, &mut rng);
             let w = Weight::packed_q4x8("w", ty, n, k, &packed).unwrap();
             let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
-            for threads in [1, 2] {
-                let pool = ThreadPool::new(threads);
-                let mut y = vec![0f32; m * n];
-                matmul(&pool, &w, &x, m, &mut y);
-                for r in 0..m {
-                    let mut y1 = vec![0f32; n];
-                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
-                    for c in 0..n {
-                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
-                    }
-                }
-            }
+            batch_invariant(&w, &x, m)?;
         }
     }
 
@@ -321,13 +310,7 @@ mod packed {
         let packed = tandem_kernels::pack::pack_q6x8(n, k, &data).unwrap();
         let w = Weight::new("w", GgmlType::Q6K, n, k, &data).unwrap();
         let p = Weight::packed_q6x8("w", n, k, &packed).unwrap();
-        for r in 0..n {
-            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
-            w.row_f32(r, &mut a);
-            p.row_f32(r, &mut b);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&a), bits(&b), "row {r}");
-        }
+        same_rows(&w, &p);
         assert!(tandem_kernels::pack::pack_q6x8(12, k, &data[..12 * 420]).is_none(), "n % 8 != 0");
         assert!(tandem_kernels::pack::pack_q6x8(n, 256, &data).is_none(), "size mismatch");
         assert!(Weight::packed_q6x8("w", n, 320, &packed).is_err(), "k % 256 != 0");
@@ -367,18 +350,7 @@ mod packed {
             let packed = tandem_kernels::pack::pack_q6x8(n, k, &data).unwrap();
             let w = Weight::packed_q6x8("w", n, k, &packed).unwrap();
             let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
-            for threads in [1, 2] {
-                let pool = ThreadPool::new(threads);
-                let mut y = vec![0f32; m * n];
-                matmul(&pool, &w, &x, m, &mut y);
-                for r in 0..m {
-                    let mut y1 = vec![0f32; n];
-                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
-                    for c in 0..n {
-                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
-                    }
-                }
-            }
+            batch_invariant(&w, &x, m)?;
         }
     }
 
@@ -390,13 +362,7 @@ mod packed {
         let packed = tandem_kernels::pack::pack_q4kx8(n, k, &data).unwrap();
         let w = Weight::new("w", GgmlType::Q4K, n, k, &data).unwrap();
         let p = Weight::packed_q4kx8("w", n, k, &packed).unwrap();
-        for r in 0..n {
-            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
-            w.row_f32(r, &mut a);
-            p.row_f32(r, &mut b);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&a), bits(&b), "row {r}");
-        }
+        same_rows(&w, &p);
         assert!(tandem_kernels::pack::pack_q4kx8(12, k, &data[..12 * 288]).is_none(), "n % 8 != 0");
         assert!(tandem_kernels::pack::pack_q4kx8(n, 256, &data).is_none(), "size mismatch");
         assert!(Weight::packed_q4kx8("w", n, 320, &packed).is_err(), "k % 256 != 0");
@@ -436,18 +402,7 @@ mod packed {
             let packed = tandem_kernels::pack::pack_q4kx8(n, k, &data).unwrap();
             let w = Weight::packed_q4kx8("w", n, k, &packed).unwrap();
             let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
-            for threads in [1, 2] {
-                let pool = ThreadPool::new(threads);
-                let mut y = vec![0f32; m * n];
-                matmul(&pool, &w, &x, m, &mut y);
-                for r in 0..m {
-                    let mut y1 = vec![0f32; n];
-                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
-                    for c in 0..n {
-                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits());
-                    }
-                }
-            }
+            batch_invariant(&w, &x, m)?;
         }
     }
 
@@ -481,13 +436,7 @@ mod packed {
         let packed = pack_q8x8(n, k, &data).unwrap();
         let w = Weight::new("w", GgmlType::Q8_0, n, k, &data).unwrap();
         let p = Weight::packed_q8x8("w", n, k, &packed).unwrap();
-        for r in 0..n {
-            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
-            w.row_f32(r, &mut a);
-            p.row_f32(r, &mut b);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&a), bits(&b), "row {r}");
-        }
+        same_rows(&w, &p);
     }
 
     #[test]
@@ -529,18 +478,7 @@ mod packed {
             let (_, packed) = both_q8(n, k, &mut rng);
             let w = Weight::packed_q8x8("w", n, k, &packed).unwrap();
             let x: Vec<f32> = (0..m * k).map(|_| rng.f() * 3.0).collect();
-            for threads in [1, 2] {
-                let pool = ThreadPool::new(threads);
-                let mut y = vec![0f32; m * n];
-                matmul(&pool, &w, &x, m, &mut y);
-                for r in 0..m {
-                    let mut y1 = vec![0f32; n];
-                    matmul(&pool, &w, &x[r * k..(r + 1) * k], 1, &mut y1);
-                    for c in 0..n {
-                        prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits(), "threads={} m={} row={} col={}", threads, m, r, c);
-                    }
-                }
-            }
+            batch_invariant(&w, &x, m)?;
         }
     }
 }

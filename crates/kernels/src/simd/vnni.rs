@@ -92,6 +92,95 @@ macro_rules! vnni_kernels {
             }
         }
 
+        /// Packed Q4Kx8 kernel; same contract and bits as `avx2::dot_q4kx8`
+        /// (`vpdpbusd` takes the nibbles as they are).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_q4kx8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+            use crate::pack::Q4KX8_SUPER;
+            let nb = a[0].len();
+            debug_assert!(nb % 8 == 0 && grp.len() >= nb / 8 * Q4KX8_SUPER);
+            let m4 = _mm256_set1_epi8(0x0F);
+            let neg = _mm256_set1_ps(-0.0);
+            let mut acc = [_mm256_setzero_ps(); MR];
+            let mut summ = [_mm256_setzero_ps(); MR];
+            for sb in 0..nb / 8 {
+                let p = grp.as_ptr().add(sb * Q4KX8_SUPER);
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+                for s in 0..8 {
+                    let b = 8 * sb + s;
+                    let q4 = p.add(160 + 128 * s);
+                    crate::simd::prefetch_stream(q4.wrapping_add(crate::simd::STREAM_AHEAD), 128);
+                    let scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i)));
+                    let mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i)));
+                    let dsc = _mm256_mul_ps(dv, scv);
+                    let dmn = _mm256_xor_ps(_mm256_mul_ps(mv, mnv), neg);
+                    let mut r = [_mm256_setzero_si256(); 8];
+                    for j in 0..4 {
+                        let pj = _mm256_loadu_si256(q4.add(32 * j) as *const __m256i);
+                        r[j] = _mm256_and_si256(pj, m4);
+                        r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
+                    }
+                    for m in 0..MR {
+                        let ab = a[m].get_unchecked(b);
+                        let q = ab.qs.as_ptr() as *const i32;
+                        let mut s0 = _mm256_setzero_si256();
+                        let mut s1 = _mm256_setzero_si256();
+                        for j in (0..8).step_by(2) {
+                            s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
+                            s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+                        }
+                        let isum = _mm256_add_epi32(s0, s1);
+                        let dd = _mm256_mul_ps(dsc, _mm256_set1_ps(ab.d));
+                        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+                        summ[m] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(ab.s), summ[m]);
+                    }
+                }
+            }
+            for m in 0..MR {
+                _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+            }
+        }
+
+        /// Packed Q6x8 kernel; same contract and bits as `avx2::dot_q6x8`:
+        /// `vpdpbusd` of |w| by the activations carrying w's sign (|w| ≤ 32,
+        /// so a 4-product group is at most 4·32·127), the two half sums kept
+        /// apart for their sub-scales.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_q6x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+            use crate::pack::Q6X8_BLOCK;
+            let nb = a[0].len();
+            debug_assert!(grp.len() >= nb * Q6X8_BLOCK);
+            let mut acc = [_mm256_setzero_ps(); MR];
+            for b in 0..nb {
+                let p = grp.as_ptr().add(b * Q6X8_BLOCK);
+                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q6X8_BLOCK);
+                let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+                let mut half = [[_mm256_setzero_si256(); MR]; 2];
+                for j in 0..8 {
+                    let r = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+                    let ar = _mm256_sign_epi8(r, r);
+                    for m in 0..MR {
+                        let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                        half[j / 4][m] = $dp(half[j / 4][m], ar, _mm256_sign_epi8(av, r));
+                    }
+                }
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                let slo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16) as *const __m128i));
+                let shi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(24) as *const __m128i));
+                for m in 0..MR {
+                    let isum = _mm256_add_epi32(_mm256_mullo_epi32(half[0][m], slo), _mm256_mullo_epi32(half[1][m], shi));
+                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
+                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+                }
+            }
+            for m in 0..MR {
+                _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+            }
+        }
+
         /// Packed Q8x8 kernel; same contract and bits as `avx2::dot_q8x8`.
         /// `vpdpbusd` needs an unsigned operand, so it takes the weights as
         /// `w + 128` (top bit flipped, shared by the rows) and subtracts
@@ -169,6 +258,44 @@ mod tests {
                 let want = crate::pack::dot_q4x8_scalar(&q4, nb * 32, c, &a[m]);
                 assert_eq!(x[m][c].to_bits(), want.to_bits(), "q4x8 vnni MR={MR} row {m} col {c}");
                 assert_eq!(y[m][c].to_bits(), want.to_bits(), "q4x8 avx2 MR={MR} row {m} col {c}");
+            }
+        }
+        // Q6_K and Q4_K need whole 256-element super-blocks
+        let nsb = 2;
+        let ak = acts(rng, MR, nsb * 8);
+        let akr: [&[ActBlock]; MR] = std::array::from_fn(|i| ak[i].as_slice());
+        let mut q6raw = blocks(rng, 8, nsb, 210, 0);
+        for blk in q6raw.chunks_exact_mut(210) {
+            blk[208..210].copy_from_slice(&half::f16::from_f32(rng.f() * 0.1).to_le_bytes());
+        }
+        let q6 = crate::pack::pack_q6x8(8, nsb * 256, &q6raw).unwrap();
+        let q4k = crate::pack::pack_q4kx8(8, nsb * 256, &blocks(rng, 8, nsb, 144, 2)).unwrap();
+        unsafe {
+            match kind {
+                Vnni::Avx => super::avx::dot_q6x8::<MR>(&q6, akr, &mut x),
+                _ => super::evex::dot_q6x8::<MR>(&q6, akr, &mut x),
+            }
+            crate::simd::avx2::dot_q6x8::<MR>(&q6, akr, &mut y);
+        }
+        for m in 0..MR {
+            for c in 0..8 {
+                let want = crate::pack::dot_q6x8_scalar(&q6, nsb * 256, c, &ak[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q6x8 vnni MR={MR} row {m} col {c}");
+                assert_eq!(y[m][c].to_bits(), want.to_bits(), "q6x8 avx2 MR={MR} row {m} col {c}");
+            }
+        }
+        unsafe {
+            match kind {
+                Vnni::Avx => super::avx::dot_q4kx8::<MR>(&q4k, akr, &mut x),
+                _ => super::evex::dot_q4kx8::<MR>(&q4k, akr, &mut x),
+            }
+            crate::simd::avx2::dot_q4kx8::<MR>(&q4k, akr, &mut y);
+        }
+        for m in 0..MR {
+            for c in 0..8 {
+                let want = crate::pack::dot_q4kx8_scalar(&q4k, nsb * 256, c, &ak[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q4kx8 vnni MR={MR} row {m} col {c}");
+                assert_eq!(y[m][c].to_bits(), want.to_bits(), "q4kx8 avx2 MR={MR} row {m} col {c}");
             }
         }
         let q5 = crate::pack::pack_q5x8(8, nb * 32, &blocks(rng, 8, nb, 22, 1)).unwrap();
