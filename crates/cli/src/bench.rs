@@ -81,7 +81,9 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
             let spd = r.speedup.map(|x| format!(" {x:.2}x")).unwrap_or_default();
             pb.set_message(format!("{}{spd}", r.id));
             if r.identical == Some(false) {
-                pb.suspend(|| eprintln!("MISMATCH: prompt {} speculative output differs from plain at token {}", r.id, r.first_mismatch.unwrap_or(0)));
+                pb.suspend(|| {
+                    eprintln!("MISMATCH: prompt {} speculative output differs from plain at token {}", r.id, r.first_mismatch.unwrap_or(0))
+                });
             }
         })?;
         pb.finish_and_clear();
@@ -99,7 +101,10 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
                 eprint!("{}", report.table());
                 println!("{json}");
             } else {
-                println!("model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}\n", report.threads, report.n_predict, report.ctx);
+                println!(
+                    "model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}\n",
+                    report.threads, report.n_predict, report.ctx
+                );
                 print!("{}", report.table());
             }
             if let Some(st) = &report.spec_stats {
@@ -123,7 +128,10 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
             eprint!("{}", all.table());
             println!("{json}");
         } else {
-            println!("model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}, {rounds} rounds\n", r0.threads, r0.n_predict, r0.ctx);
+            println!(
+                "model {model}, drafter {drafter}, {} threads, {} tokens per prompt, ctx {}, {rounds} rounds\n",
+                r0.threads, r0.n_predict, r0.ctx
+            );
             print!("{}", all.table());
         }
         if let Some(st) = all.spec_stats() {
@@ -138,7 +146,12 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
     if !bad.is_empty() {
         let ids: Vec<String> = bad.iter().map(|r| format!("{}@{}", r.id, r.first_mismatch.unwrap_or(0))).collect();
         let total: usize = all.rounds.iter().map(|r| r.rows.len()).sum();
-        let msg = format!("!!! EXACTNESS FAILURE: speculative output differs from plain on {}/{} prompts: {} !!!", bad.len(), total, ids.join(" "));
+        let msg = format!(
+            "!!! EXACTNESS FAILURE: speculative output differs from plain on {}/{} prompts: {} !!!",
+            bad.len(),
+            total,
+            ids.join(" ")
+        );
         println!("{msg}");
         anyhow::bail!("{msg}");
     }
@@ -147,7 +160,13 @@ fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
 
 /// One round's files: prompts.csv, the two SVG charts and prompts.json
 /// (whose text is returned with the paths written).
-fn write_round(report: &PromptBenchReport, dir: &Path, model: &str, prompts_file: &Path, engine: &tandem_engine::Engine) -> Result<(Vec<String>, String)> {
+fn write_round(
+    report: &PromptBenchReport,
+    dir: &Path,
+    model: &str,
+    prompts_file: &Path,
+    engine: &tandem_engine::Engine,
+) -> Result<(Vec<String>, String)> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let csv_path = dir.join("prompts.csv");
     std::fs::write(&csv_path, report.csv()).with_context(|| format!("writing {}", csv_path.display()))?;
@@ -202,4 +221,3 @@ pub fn perplexity_cmd(a: &PerplexityArgs) -> Result<()> {
     println!("perplexity = {:.4} +/- {:.4}", r.ppl, r.ppl_stderr);
     Ok(())
 }
-

@@ -26,9 +26,9 @@ fn install_ctrlc() {
 }
 
 fn params(a: &RunArgs) -> GenParams {
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-    });
+    let seed = a
+        .seed
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0));
     GenParams {
         max_tokens: a.n_predict,
         sampler: SamplerParams { temperature: a.temp, top_k: a.top_k, top_p: a.top_p, min_p: a.min_p, seed },
@@ -99,11 +99,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
         _ => None,
     };
     if let Some(text) = prompt_text {
-        let rendered = if a.raw {
-            text
-        } else {
-            engine.render_chat(&messages_with_system(a, &[ChatMessage::new("user", text)]))?
-        };
+        let rendered = if a.raw { text } else { engine.render_chat(&messages_with_system(a, &[ChatMessage::new("user", text)]))? };
         let ids = engine.tokenize_prompt(&rendered);
         let (_, stats) = generate(&mut session, &mut spec, &ids, &p)?;
         println!();
@@ -114,7 +110,8 @@ pub fn run(a: &RunArgs) -> Result<()> {
     interactive(a, &engine, &mut session, &mut spec, &p)
 }
 
-const HELP: &str = "commands: /help  this text · /reset  forget the conversation · /quit  leave (or Ctrl-D)\nCtrl-C stops the current answer.";
+const HELP: &str =
+    "commands: /help  this text · /reset  forget the conversation · /quit  leave (or Ctrl-D)\nCtrl-C stops the current answer.";
 
 fn print_spec_stats(a: &RunArgs, spec: &Option<Speculator>) {
     if let (true, Some(sp)) = (a.spec.spec_stats, spec) {

@@ -8,8 +8,8 @@ mod bench;
 mod chat;
 mod inspect;
 mod quantize;
-mod train;
 mod serve;
+mod train;
 mod verify;
 
 use std::path::PathBuf;
@@ -24,11 +24,10 @@ use args::{Cli, Cmd, ModelArgs};
 
 fn main() {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TANDEM_LOG")
-        .unwrap_or_else(|_| {
-            let serving = matches!(cli.cmd, Some(Cmd::Serve(_)));
-            tracing_subscriber::EnvFilter::new(if cli.run.verbose || serving { "info" } else { "warn" })
-        });
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TANDEM_LOG").unwrap_or_else(|_| {
+        let serving = matches!(cli.cmd, Some(Cmd::Serve(_)));
+        tracing_subscriber::EnvFilter::new(if cli.run.verbose || serving { "info" } else { "warn" })
+    });
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
@@ -94,10 +93,7 @@ pub fn model_path(m: &ModelArgs) -> Result<PathBuf> {
         Some(p) if p.exists() => Ok(p.clone()),
         Some(p) => match p.to_str().and_then(fetch::find) {
             Some(spec) => ensure_model(spec, &models_dir(), true).with_context(|| format!("fetching {}", spec.name)),
-            None => anyhow::bail!(
-                "model file not found: {} (nor is it a catalogue name; `tandem models` lists them)",
-                p.display()
-            ),
+            None => anyhow::bail!("model file not found: {} (nor is it a catalogue name; `tandem models` lists them)", p.display()),
         },
         None => ensure_model(&DEFAULT_MODEL, &models_dir(), true).context("fetching the default model"),
     }

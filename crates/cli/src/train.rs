@@ -19,7 +19,15 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
 }
 
 /// The default data file of `train mtp` for these generation settings.
-fn default_data_path(prompts: usize, target_prompts: usize, openers: bool, text_prompts: usize, max_new: usize, sampled_share: f32, seed: u64) -> PathBuf {
+fn default_data_path(
+    prompts: usize,
+    target_prompts: usize,
+    openers: bool,
+    text_prompts: usize,
+    max_new: usize,
+    sampled_share: f32,
+    seed: u64,
+) -> PathBuf {
     let o = if openers { "o" } else { "" };
     let t = if target_prompts > 0 { format!("-t{o}{target_prompts}") } else { String::new() };
     let x = if text_prompts > 0 { format!("-x{text_prompts}") } else { String::new() };
@@ -119,7 +127,12 @@ fn say_made(how: &str, d: &Dataset, t0: Instant, path: &std::path::Path) {
 
 /// Rebuild a data file from its token file and save it; with `layers`, the
 /// feature cache of those target layers is written from the same pass.
-fn rebuild(engine: &std::sync::Arc<tandem_engine::Engine>, tokens: &std::path::Path, data_path: &std::path::Path, layers: &[usize]) -> Result<Dataset> {
+fn rebuild(
+    engine: &std::sync::Arc<tandem_engine::Engine>,
+    tokens: &std::path::Path,
+    data_path: &std::path::Path,
+    layers: &[usize],
+) -> Result<Dataset> {
     let t0 = Instant::now();
     let tf = tandem_train::data::TokenFile::load(tokens)?;
     // the final residual is the data file's own hidden rows: not cached twice
@@ -156,7 +169,15 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     // the data of `train mtp` with its default generation settings
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, false, 0, 160, 0.25, a.seed));
-    let mut data = load_or_generate(&engine, &data_path, PromptSource { builtin: 448, target: 0, temp: 1.0, openers: false, text: None }, 160, 0.25, a.seed, 8)?;
+    let mut data = load_or_generate(
+        &engine,
+        &data_path,
+        PromptSource { builtin: 448, target: 0, temp: 1.0, openers: false, text: None },
+        160,
+        0.25,
+        a.seed,
+        8,
+    )?;
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {
         seqs,
         data: (!a.no_feature_cache).then(|| p.to_path_buf()),
@@ -200,7 +221,9 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
 
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
-    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.max_new, a.sampled_share, a.seed));
+    let data_path = a.data.clone().unwrap_or_else(|| {
+        default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.max_new, a.sampled_share, a.seed)
+    });
     let src = PromptSource {
         builtin: a.prompts,
         target: a.target_prompts,
@@ -223,7 +246,9 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
     // --fused-layers, those of a fused --init head
     let cache_layers = match (&a.fused_layers[..], &a.init) {
         // a bad --init is reported by the trainer itself
-        ([], Some(init)) => tandem_gguf::Gguf::open(init).ok().and_then(|g| tandem_model::mtp::declared_fused_layers(&g)).unwrap_or_default(),
+        ([], Some(init)) => {
+            tandem_gguf::Gguf::open(init).ok().and_then(|g| tandem_model::mtp::declared_fused_layers(&g)).unwrap_or_default()
+        }
         (l, _) => l.to_vec(),
     };
     let cache_of = |p: &std::path::Path, seqs: usize| tandem_train::dspark::FeatureCache {

@@ -16,12 +16,7 @@ fn run_ok(args: &[&str]) -> (String, String) {
 
 /// The peak RSS (MiB) from the stats line on stderr.
 fn peak_rss_mib(stderr: &str) -> f64 {
-    stderr
-        .split("peak RSS: ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|s| s.parse().ok())
-        .expect("peak RSS in stats line")
+    stderr.split("peak RSS: ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).expect("peak RSS in stats line")
 }
 
 #[test]
@@ -45,12 +40,8 @@ fn seed_makes_sampling_reproducible() {
 fn peak_rss_within_model_size_plus_64mib_at_ctx_512() {
     let (_, err) = run_ok(&["-p", "Tell me a long story about a lighthouse keeper.", "-n", "460", "--ctx", "512", "--temp", "0"]);
     let rss = peak_rss_mib(&err);
-    let model = tandem_engine::fetch::ensure_model(
-        &tandem_engine::fetch::DEFAULT_MODEL,
-        &tandem_engine::fetch::models_dir(),
-        false,
-    )
-    .unwrap();
+    let model =
+        tandem_engine::fetch::ensure_model(&tandem_engine::fetch::DEFAULT_MODEL, &tandem_engine::fetch::models_dir(), false).unwrap();
     let size = std::fs::metadata(model).unwrap().len() as f64 / (1 << 20) as f64;
     println!("peak RSS {rss:.1} MiB, model {size:.1} MiB, limit {:.1} MiB", size + 64.0);
     assert!(rss <= size + 64.0, "peak RSS {rss} MiB > model {size} MiB + 64 MiB");
@@ -64,12 +55,8 @@ fn peak_rss_within_model_size_plus_64mib_at_ctx_512() {
 fn qwen_peak_rss_with_a_full_4096_context_within_file_size_plus_128mib() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/perplexity_text_python.txt")).unwrap();
     let prompt: String = text.chars().take(17_500).collect();
-    let model = tandem_engine::fetch::ensure_model(
-        &tandem_engine::fetch::QWEN25_CODER_05B,
-        &tandem_engine::fetch::models_dir(),
-        false,
-    )
-    .unwrap();
+    let model =
+        tandem_engine::fetch::ensure_model(&tandem_engine::fetch::QWEN25_CODER_05B, &tandem_engine::fetch::models_dir(), false).unwrap();
     let m = model.to_str().unwrap();
     let (_, err) = run_ok(&["-m", m, "--raw", "-p", &prompt, "-n", "1000", "--ctx", "4096", "--temp", "0", "-t", "2"]);
     assert!(err.contains("stop: Context"), "the context must fill: {err}");
@@ -81,13 +68,8 @@ fn qwen_peak_rss_with_a_full_4096_context_within_file_size_plus_128mib() {
 
 #[test]
 fn interactive_chat_handles_commands() {
-    let mut child = tandem()
-        .args(["--temp", "0", "-n", "8"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        tandem().args(["--temp", "0", "-n", "8"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(b"/help\nHi!\n/reset\nHello again\n/quit\n").unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -100,12 +82,8 @@ fn interactive_chat_handles_commands() {
 
 #[test]
 fn inspect_prints_metadata_and_tensors() {
-    let model = tandem_engine::fetch::ensure_model(
-        &tandem_engine::fetch::DEFAULT_MODEL,
-        &tandem_engine::fetch::models_dir(),
-        false,
-    )
-    .unwrap();
+    let model =
+        tandem_engine::fetch::ensure_model(&tandem_engine::fetch::DEFAULT_MODEL, &tandem_engine::fetch::models_dir(), false).unwrap();
     let (out, _) = run_ok(&["inspect", model.to_str().unwrap()]);
     assert!(out.contains("general.architecture = \"llama\""));
     assert!(out.contains("token_embd.weight"));
@@ -271,7 +249,9 @@ fn quantized_drafter_loads_and_output_equals_plain() {
     let (_, err) = run_ok(&["quantize", dspark.to_str().unwrap(), out.to_str().unwrap(), "--type", "q4_1", "--keep", "markov_w1"]);
     assert!(err.contains("converted to Q4_1"), "{err}");
     let (table, _) = run_ok(&["inspect", out.to_str().unwrap()]);
-    let ty = |name: &str| table.lines().find(|l| l.trim_start().starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("").to_string();
+    let ty = |name: &str| {
+        table.lines().find(|l| l.trim_start().starts_with(name)).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("").to_string()
+    };
     assert_eq!(ty("output.weight"), "Q4_1", "{table}");
     assert_eq!(ty("fc.weight"), "Q4_1", "{table}");
     assert_eq!(ty("markov_w1.weight"), "Q8_0", "{table}");
@@ -324,17 +304,11 @@ fn concurrent_first_runs_on_an_empty_models_dir_all_succeed() {
     }
     let first = &outputs[0].stdout;
     assert!(outputs.iter().all(|o| &o.stdout == first), "same greedy output from every process");
-    let downloads = outputs
-        .iter()
-        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("Fetching "))
-        .count();
+    let downloads = outputs.iter().filter(|o| String::from_utf8_lossy(&o.stderr).contains("Fetching ")).count();
     assert_eq!(downloads, 1, "exactly one process downloads");
 
     let spec = &tandem_engine::fetch::DEFAULT_MODEL;
-    let mut left: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     left.sort();
     assert_eq!(left, [spec.file_name.to_string(), format!("{}.sha256", spec.file_name)]);
     // Verify by hashing (not by the sidecar the fetch wrote).

@@ -58,6 +58,9 @@ fn main() {
         best_p = best_p.max(p);
         best_s = best_s.max(s);
     }
-    println!("threads {threads}, {n} tokens, best of {reps}: plain {best_p:.2} tok/s, always-wrong drafter {best_s:.2} tok/s, ratio {:.4}", best_s / best_p);
+    println!(
+        "threads {threads}, {n} tokens, best of {reps}: plain {best_p:.2} tok/s, always-wrong drafter {best_s:.2} tok/s, ratio {:.4}",
+        best_s / best_p
+    );
     println!("{}", sp.stats.report());
 }

@@ -76,7 +76,8 @@ fn main() {
         let total: u64 = v.iter().map(|x| x.0).sum();
         let found: u64 = v[1..].iter().map(|x| x.0).sum();
         let right: u64 = v[1..].iter().map(|x| x.1).sum();
-        let by_n: Vec<String> = (1..=nmax).map(|n| format!("{n}: {} ({:.0}%)", v[n].0, 100.0 * v[n].1 as f64 / v[n].0.max(1) as f64)).collect();
+        let by_n: Vec<String> =
+            (1..=nmax).map(|n| format!("{n}: {} ({:.0}%)", v[n].0, 100.0 * v[n].1 as f64 / v[n].0.max(1) as f64)).collect();
         println!(
             "{cat:<10} {total:>10} {:>11.1}% {:>17.1}%   {}",
             100.0 * found as f64 / total.max(1) as f64,
@@ -87,7 +88,11 @@ fn main() {
     if !oov.is_empty() {
         println!("\ncategory    positions   outside the draft vocabulary   of those, named by the hint");
         for (cat, (n, out, named)) in &oov {
-            println!("{cat:<10} {n:>10} {out:>10} ({:.1}%) {named:>24} ({:.1}% of all)", 100.0 * *out as f64 / *n as f64, 100.0 * *named as f64 / *n as f64);
+            println!(
+                "{cat:<10} {n:>10} {out:>10} ({:.1}%) {named:>24} ({:.1}% of all)",
+                100.0 * *out as f64 / *n as f64,
+                100.0 * *named as f64 / *n as f64
+            );
         }
     }
 }

@@ -17,10 +17,8 @@ use tandem_engine::{Engine, Session};
 use tandem_model::{ForwardOutput, LogitRows};
 
 fn main() {
-    let widths: Vec<usize> = std::env::args()
-        .nth(1)
-        .map(|s| s.split(',').filter_map(|w| w.parse().ok()).collect())
-        .unwrap_or_else(|| vec![1]);
+    let widths: Vec<usize> =
+        std::env::args().nth(1).map(|s| s.split(',').filter_map(|w| w.parse().ok()).collect()).unwrap_or_else(|| vec![1]);
     let reps: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
     let sweep_mb: usize = std::env::args().nth(3).and_then(|s| s.parse().ok()).unwrap_or(0);
     // distinct nonzero bytes, so the pages are real

@@ -11,9 +11,9 @@ pub mod requantize;
 mod session;
 pub mod speculation;
 
+pub use session::{Engine, EngineError, GenParams, GenStats, Session, StopReason};
+pub use speculation::SpecOptions;
 /// Sampling lives with speculation (exact acceptance needs the final distribution).
 pub use tandem_spec::sampling;
 pub use tandem_spec::sampling::{Sampler, SamplerParams};
-pub use speculation::SpecOptions;
 pub use tandem_spec::{SpecStats, Speculator};
-pub use session::{Engine, EngineError, GenParams, GenStats, Session, StopReason};

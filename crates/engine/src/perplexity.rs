@@ -59,13 +59,5 @@ pub fn perplexity(
     let var = (nll2 / cnt as f64 - mean * mean).max(0.0);
     let ppl = mean.exp();
     let ppl_stderr = ppl * (var / (cnt as f64 - 1.0).max(1.0)).sqrt();
-    Ok(PerplexityReport {
-        tokens: ids.len(),
-        chunks,
-        scored: cnt,
-        ppl,
-        ppl_stderr,
-        running,
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+    Ok(PerplexityReport { tokens: ids.len(), chunks, scored: cnt, ppl, ppl_stderr, running, seconds: t0.elapsed().as_secs_f64() })
 }

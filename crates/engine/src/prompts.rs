@@ -456,7 +456,8 @@ impl RoundsReport {
     pub fn table(&self) -> String {
         let f = opt_f;
         let mut s = String::new();
-        let _ = writeln!(s, "{:<6} {:>9} {:>9} {:>8} {:>6} {:>6} {:>7}", "round", "plain t/s", "spec t/s", "speedup", "acc%", "commit", "same");
+        let _ =
+            writeln!(s, "{:<6} {:>9} {:>9} {:>8} {:>6} {:>6} {:>7}", "round", "plain t/s", "spec t/s", "speedup", "acc%", "commit", "same");
         for (i, r) in self.rounds.iter().enumerate() {
             let o = &r.overall;
             let _ = writeln!(
@@ -684,8 +685,7 @@ pub fn run_prompt_bench(
             row.identical = Some(same);
             row.spec_one_row_secs = stats.mean_forward_secs(1);
             if !same {
-                row.first_mismatch =
-                    Some(plain_ids.iter().zip(&spec_ids).take_while(|(a, b)| a == b).count());
+                row.first_mismatch = Some(plain_ids.iter().zip(&spec_ids).take_while(|(a, b)| a == b).count());
             }
             if let Some(t) = total_stats.as_mut() {
                 t.merge(&stats);
@@ -763,14 +763,17 @@ pub fn speedup_svg(title: &str, subtitle: &str, bars: &[(String, f64)]) -> Strin
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="13">"#
     );
     let _ = writeln!(s, r#"<path d="M0 0H{w}V{h}H0Z" fill="white"/>"#);
-    let _ = writeln!(s, r#"<text x="{}" y="26" text-anchor="middle" font-size="16" font-weight="bold">{}</text>"#, w / 2.0, xml_escape(title));
-    let _ = writeln!(s, r##"<text x="{}" y="46" text-anchor="middle" font-size="12" fill="#444">{}</text>"##, w / 2.0, xml_escape(subtitle));
+    let _ =
+        writeln!(s, r#"<text x="{}" y="26" text-anchor="middle" font-size="16" font-weight="bold">{}</text>"#, w / 2.0, xml_escape(title));
+    let _ =
+        writeln!(s, r##"<text x="{}" y="46" text-anchor="middle" font-size="12" fill="#444">{}</text>"##, w / 2.0, xml_escape(subtitle));
     // grid and ticks
     let mut v = 0.0;
     while v <= xmax + 1e-9 {
         let xv = x(v);
         let _ = writeln!(s, r##"<line x1="{xv:.1}" y1="{top}" x2="{xv:.1}" y2="{:.1}" stroke="#e3e3e3"/>"##, top + plot_h);
-        let _ = writeln!(s, r#"<text x="{xv:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}×</text>"#, top + plot_h + 17.0, trim_num(v));
+        let _ =
+            writeln!(s, r#"<text x="{xv:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}×</text>"#, top + plot_h + 17.0, trim_num(v));
         v += step;
     }
     // bars
@@ -788,10 +791,24 @@ pub fn speedup_svg(title: &str, subtitle: &str, bars: &[(String, f64)]) -> Strin
     let _ = writeln!(s, r#"<path d="M{left} {top}V{:.1}H{:.1}" fill="none" stroke="black"/>"#, top + plot_h, left + plot_w);
     // reference line at 1.0×
     let x1 = x(1.0);
-    let _ = writeln!(s, r#"<line x1="{x1:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="black" stroke-width="1.5" stroke-dasharray="6 4"/>"#, top - 6.0, top + plot_h + 4.0);
+    let _ = writeln!(
+        s,
+        r#"<line x1="{x1:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="black" stroke-width="1.5" stroke-dasharray="6 4"/>"#,
+        top - 6.0,
+        top + plot_h + 4.0
+    );
     let _ = writeln!(s, r#"<text x="{x1:.1}" y="{:.1}" text-anchor="middle" font-size="11">plain = 1.0×</text>"#, top - 10.0);
-    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">mean speedup per prompt (speculative tok/s ÷ plain tok/s)</text>"#, left + plot_w / 2.0, h - 16.0);
-    let _ = writeln!(s, r#"<text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">category (prompts)</text>"#, top + plot_h / 2.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">mean speedup per prompt (speculative tok/s ÷ plain tok/s)</text>"#,
+        left + plot_w / 2.0,
+        h - 16.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">category (prompts)</text>"#,
+        top + plot_h / 2.0
+    );
     s.push_str("</svg>\n");
     s
 }
@@ -816,7 +833,11 @@ pub fn acceptance_svg(title: &str, subtitle: &str, st: &SpecStats) -> Option<Str
     let cond: Vec<f64> = (0..n)
         .map(|i| {
             let reached = if i == 0 { st.pos_verified[0] } else { st.pos_accepted[i - 1].min(st.pos_verified[i]) };
-            if reached == 0 { 0.0 } else { st.pos_accepted[i] as f64 / reached as f64 }
+            if reached == 0 {
+                0.0
+            } else {
+                st.pos_accepted[i] as f64 / reached as f64
+            }
         })
         .collect();
     let share: Vec<f64> = (0..n).map(|i| st.pos_accepted[i] as f64 / st.pos_verified[i].max(1) as f64).collect();
@@ -832,28 +853,66 @@ pub fn acceptance_svg(title: &str, subtitle: &str, st: &SpecStats) -> Option<Str
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<path d="M0 0H{w}V{h}H0Z" fill="white"/>"#);
-    let _ = writeln!(s, r#"<text x="{}" y="24" text-anchor="middle" font-size="15" font-weight="bold">{}</text>"#, w / 2.0, xml_escape(title));
-    let _ = writeln!(s, r##"<text x="{}" y="42" text-anchor="middle" font-size="11" fill="#444">{}</text>"##, w / 2.0, xml_escape(subtitle));
+    let _ =
+        writeln!(s, r#"<text x="{}" y="24" text-anchor="middle" font-size="15" font-weight="bold">{}</text>"#, w / 2.0, xml_escape(title));
+    let _ =
+        writeln!(s, r##"<text x="{}" y="42" text-anchor="middle" font-size="11" fill="#444">{}</text>"##, w / 2.0, xml_escape(subtitle));
     for k in 0..=5 {
         let v = k as f64 / 5.0;
         let _ = writeln!(s, r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#e3e3e3"/>"##, y(v), left + plot_w, y(v));
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{:.0}%</text>"#, left - 6.0, y(v) + 4.0, v * 100.0);
+        let _ =
+            writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{:.0}%</text>"#, left - 6.0, y(v) + 4.0, v * 100.0);
     }
     for i in 0..n {
         let x0 = left + gw * i as f64;
         let bw = (gw * 0.35).min(40.0);
-        let _ = writeln!(s, r##"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#3a6f8f"/>"##, x0 + gw / 2.0 - bw, y(cond[i]), top + plot_h - y(cond[i]));
-        let _ = writeln!(s, r##"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#9cc3da"/>"##, x0 + gw / 2.0, y(share[i]), top + plot_h - y(share[i]));
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{:.0}%</text>"#, x0 + gw / 2.0 - bw / 2.0, y(cond[i]) - 4.0, cond[i] * 100.0);
+        let _ = writeln!(
+            s,
+            r##"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#3a6f8f"/>"##,
+            x0 + gw / 2.0 - bw,
+            y(cond[i]),
+            top + plot_h - y(cond[i])
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#9cc3da"/>"##,
+            x0 + gw / 2.0,
+            y(share[i]),
+            top + plot_h - y(share[i])
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{:.0}%</text>"#,
+            x0 + gw / 2.0 - bw / 2.0,
+            y(cond[i]) - 4.0,
+            cond[i] * 100.0
+        );
         if let Some((_, pred, _)) = cal.get(i) {
             let _ = writeln!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="4" fill="#c0533f"/>"##, x0 + gw / 2.0 - bw / 2.0, y(*pred));
         }
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{} (n={})</text>"#, x0 + gw / 2.0, top + plot_h + 16.0, i + 1, st.pos_verified[i]);
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{} (n={})</text>"#,
+            x0 + gw / 2.0,
+            top + plot_h + 16.0,
+            i + 1,
+            st.pos_verified[i]
+        );
     }
     let _ = writeln!(s, r#"<path d="M{left} {top}V{:.1}H{:.1}" fill="none" stroke="black"/>"#, top + plot_h, left + plot_w);
-    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">draft position (verified count)</text>"#, left + plot_w / 2.0, h - 22.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">draft position (verified count)</text>"#,
+        left + plot_w / 2.0,
+        h - 22.0
+    );
     let legend = "dark: accepted given the earlier drafts were; light: accepted / verified; dot: mean predicted confidence";
-    let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="#444">{legend}</text>"##, left + plot_w / 2.0, h - 6.0);
+    let _ = writeln!(
+        s,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="#444">{legend}</text>"##,
+        left + plot_w / 2.0,
+        h - 6.0
+    );
     s.push_str("</svg>\n");
     Some(s)
 }

@@ -85,7 +85,8 @@ pub fn requantize(src: &Gguf, to: GgmlType, keep: &[String]) -> Result<(GgufWrit
         }
         let bad = |why: String| RequantizeError::BadTensor { name: t.name.clone(), why };
         let k = t.ne0() as usize;
-        let rb = t.ty.row_bytes(k as u64).filter(|&b| b > 0).ok_or_else(|| bad(format!("{k} columns do not fit {}", t.ty.name())))? as usize;
+        let rb =
+            t.ty.row_bytes(k as u64).filter(|&b| b > 0).ok_or_else(|| bad(format!("{k} columns do not fit {}", t.ty.name())))? as usize;
         if !k.is_multiple_of(32) {
             return Err(bad(format!("{k} columns are not a multiple of 32")));
         }

@@ -182,7 +182,7 @@ impl Session {
     /// [`sync`](Self::sync) for a speculative generation: positions whose
     /// hidden rows the drafter lacks are re-evaluated, and the drafter is given
     /// the hidden rows of every evaluated prompt position.
-    fn sync_for(&mut self, prompt: &[u32], mut spec: Option<&mut Speculator>) -> Result<usize, EngineError> {
+    fn sync_for(&mut self, prompt: &[u32], spec: Option<&mut Speculator>) -> Result<usize, EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -203,7 +203,7 @@ impl Session {
             common -= 1;
         }
         self.truncate(common);
-        match spec.as_deref_mut().filter(|s| !s.taps().is_empty()) {
+        match spec.filter(|s| !s.taps().is_empty()) {
             None => self.feed(&prompt[common..])?,
             Some(sp) => {
                 let e = self.engine.clone();

@@ -163,10 +163,9 @@ impl Engine {
         match self.open_support(path)? {
             (g, SupportKind::Mtp) => MtpHead::load(g, self.model.clone(), &self.target_id())
                 .map_err(|e| EngineError::Support(format!("--mtp {}: {e}", path.display()))),
-            (_, SupportKind::DSpark) => Err(EngineError::Support(format!(
-                "--mtp {}: DSpark drafter detected; add --dspark to decode with it",
-                path.display()
-            ))),
+            (_, SupportKind::DSpark) => {
+                Err(EngineError::Support(format!("--mtp {}: DSpark drafter detected; add --dspark to decode with it", path.display())))
+            }
         }
     }
 

@@ -8,8 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions, Speculator};
 use common::rewrite;
+use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions, Speculator};
 use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
 use tandem_model::mtp::MtpWeights;
@@ -82,12 +82,42 @@ fn broken_and_mismatched_files_are_refused() {
     refused(&engine, "block0.gguf", &rewrite(&good, set("dflash.block_size", Value::U32(0))), "DSpark metadata error: block_size 0");
     let layers = Value::Array(tandem_gguf::ValueType::I32, vec![Value::I32(2), Value::I32(40)]);
     refused(&engine, "layer40.gguf", &rewrite(&good, set("dflash.target_layers", layers)), "target layer 40 out of range (30 layers)");
-    refused(&engine, "nolayers.gguf", &rewrite(&good, |m, _| m.retain(|(k, _)| k != "dflash.target_layers")), "DSpark metadata error: missing key dflash.target_layers");
-    refused(&engine, "width.gguf", &rewrite(&good, set("dflash.embedding_length", Value::U32(512))), "embedding_length 512 differs from the target's 576");
-    refused(&engine, "mask.gguf", &rewrite(&good, set("tokenizer.ggml.mask_token_id", Value::U32(60_000))), "mask token 60000 outside the vocabulary");
-    refused(&engine, "arch.gguf", &rewrite(&good, set("general.architecture", Value::String("llama".into()))), "architecture is llama, expected dflash");
-    refused(&engine, "conf-flag.gguf", &rewrite(&good, set("dflash.has_confidence_head", Value::Bool(false))), "disagrees with the presence of conf_proj.weight");
-    refused(&engine, "blocks.gguf", &rewrite(&good, set("tandem.support.target.block_count", Value::U32(31))), "block count is 31 in the file but 30 in the target");
+    refused(
+        &engine,
+        "nolayers.gguf",
+        &rewrite(&good, |m, _| m.retain(|(k, _)| k != "dflash.target_layers")),
+        "DSpark metadata error: missing key dflash.target_layers",
+    );
+    refused(
+        &engine,
+        "width.gguf",
+        &rewrite(&good, set("dflash.embedding_length", Value::U32(512))),
+        "embedding_length 512 differs from the target's 576",
+    );
+    refused(
+        &engine,
+        "mask.gguf",
+        &rewrite(&good, set("tokenizer.ggml.mask_token_id", Value::U32(60_000))),
+        "mask token 60000 outside the vocabulary",
+    );
+    refused(
+        &engine,
+        "arch.gguf",
+        &rewrite(&good, set("general.architecture", Value::String("llama".into()))),
+        "architecture is llama, expected dflash",
+    );
+    refused(
+        &engine,
+        "conf-flag.gguf",
+        &rewrite(&good, set("dflash.has_confidence_head", Value::Bool(false))),
+        "disagrees with the presence of conf_proj.weight",
+    );
+    refused(
+        &engine,
+        "blocks.gguf",
+        &rewrite(&good, set("tandem.support.target.block_count", Value::U32(31))),
+        "block count is 31 in the file but 30 in the target",
+    );
     // copy hints: both bias arrays, the same length, finite values
     let floats = |v: &[f32]| Value::Array(tandem_gguf::ValueType::F32, v.iter().map(|&x| Value::F32(x)).collect());
     let hinted = |b: &[f32], c: Option<&[f32]>| {
@@ -99,9 +129,19 @@ fn broken_and_mismatched_files_are_refused() {
             }
         })
     };
-    refused(&engine, "copy-half.gguf", &hinted(&[1.0, 2.0], None), "copy hints need tandem-dspark.copy_bias and tandem-dspark.copy_conf_bias with the same length in 1..=16 (got 2 values and none)");
+    refused(
+        &engine,
+        "copy-half.gguf",
+        &hinted(&[1.0, 2.0], None),
+        "copy hints need tandem-dspark.copy_bias and tandem-dspark.copy_conf_bias with the same length in 1..=16 (got 2 values and none)",
+    );
     refused(&engine, "copy-len.gguf", &hinted(&[1.0, 2.0], Some(&[0.0])), "(got 2 values and 1 values)");
-    refused(&engine, "copy-nan.gguf", &hinted(&[1.0, f32::NAN], Some(&[0.0, 0.0])), "tandem-dspark.copy_bias holds a value that is not a finite number");
+    refused(
+        &engine,
+        "copy-nan.gguf",
+        &hinted(&[1.0, f32::NAN], Some(&[0.0, 0.0])),
+        "tandem-dspark.copy_bias holds a value that is not a finite number",
+    );
     refused(&engine, "copy-long.gguf", &hinted(&[1.0; 17], Some(&[0.0; 17])), "(got 17 values and 17 values)");
     // slot 0's hint embedding factors: one per hint length, finite
     let embed = |b: &[f32], e: &[f32]| {
@@ -115,9 +155,24 @@ fn broken_and_mismatched_files_are_refused() {
             m.push(("tandem-dspark.copy_embed".into(), e));
         })
     };
-    refused(&engine, "embed-len.gguf", &embed(&[1.0, 2.0], &[0.5]), "tandem-dspark.copy_embed needs one value per copy-hint length (1 values, tandem-dspark.copy_bias has 2)");
-    refused(&engine, "embed-alone.gguf", &embed(&[], &[0.5]), "tandem-dspark.copy_embed needs one value per copy-hint length (1 values, tandem-dspark.copy_bias has 0)");
-    refused(&engine, "embed-inf.gguf", &embed(&[1.0], &[f32::INFINITY]), "tandem-dspark.copy_embed holds a value that is not a finite number");
+    refused(
+        &engine,
+        "embed-len.gguf",
+        &embed(&[1.0, 2.0], &[0.5]),
+        "tandem-dspark.copy_embed needs one value per copy-hint length (1 values, tandem-dspark.copy_bias has 2)",
+    );
+    refused(
+        &engine,
+        "embed-alone.gguf",
+        &embed(&[], &[0.5]),
+        "tandem-dspark.copy_embed needs one value per copy-hint length (1 values, tandem-dspark.copy_bias has 0)",
+    );
+    refused(
+        &engine,
+        "embed-inf.gguf",
+        &embed(&[1.0], &[f32::INFINITY]),
+        "tandem-dspark.copy_embed holds a value that is not a finite number",
+    );
 
     // tensor rules
     let renamed = rewrite(&good, |_, t| {
@@ -223,7 +278,9 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     std::fs::write(&hinted, w.to_gguf(m.gguf(), &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()).unwrap();
     let mut sp = engine.speculator(&SpecOptions { fixed_length: true, ..opts(&hinted, true) }, 512).unwrap().expect("a speculator");
     assert!(sp.drafter_name().contains("copy hints up to 4-grams"), "{}", sp.drafter_name());
-    let text = engine.render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Repeat after me three times: the red fox, the red fox.")]).unwrap();
+    let text = engine
+        .render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Repeat after me three times: the red fox, the red fox.")])
+        .unwrap();
     let prompt = engine.tokenize_prompt(&text);
     let plain = greedy(&engine, &prompt, None);
     let spec = greedy(&engine, &prompt, Some(&mut sp));
@@ -247,7 +304,10 @@ fn each_block_depends_only_on_the_committed_text() {
     let path = common::dspark_path();
     let o = SpecOptions { fixed_length: true, ..opts(&path, true) };
     let text = engine
-        .render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Write a short note to a friend about a day at the lake, then list three things to pack.")])
+        .render_chat(&[tandem_tokenizer::ChatMessage::new(
+            "user",
+            "Write a short note to a friend about a day at the lake, then list three things to pack.",
+        )])
         .unwrap();
     let prompt = engine.tokenize_prompt(&text);
     let mut sp = engine.speculator(&o, 512).unwrap().expect("a speculator");

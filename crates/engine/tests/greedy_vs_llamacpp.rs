@@ -82,7 +82,9 @@ fn greedy_matches_llamacpp() {
         }
         worst_overall = worst_overall.max(worst);
         match parted {
-            Some((step, gap)) => println!("{id}: parted at step {step} (llama.cpp top-2 gap {gap:.4}); max |Δ log-prob| before: {worst:.4}"),
+            Some((step, gap)) => {
+                println!("{id}: parted at step {step} (llama.cpp top-2 gap {gap:.4}); max |Δ log-prob| before: {worst:.4}")
+            }
             None => println!("{id}: identical for {STEPS} steps; max |Δ log-prob|: {worst:.4}"),
         }
     }

@@ -7,8 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
 use common::rewrite;
+use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions};
 use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
 use tandem_model::mtp::{CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
@@ -118,12 +118,13 @@ fn broken_and_mismatched_files_are_refused() {
     fw.d2t = Some((0..4096).collect());
     fw.fused = Some(FusedWeights::zero(&[2, 10, 20, 29], d as usize));
     let fused = fw.to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
-    engine.load_mtp_head(&{
-        let p = tmp("fused.gguf");
-        std::fs::write(&p, &fused).unwrap();
-        p
-    })
-    .expect("a valid fused head loads");
+    engine
+        .load_mtp_head(&{
+            let p = tmp("fused.gguf");
+            std::fs::write(&p, &fused).unwrap();
+            p
+        })
+        .expect("a valid fused head loads");
     let no_key = rewrite(&fused, |m, _| m.retain(|(k, _)| k != "tandem-mtp.fused_layers"));
     refused(&engine, "fused-nokey.gguf", &no_key, "present but no tandem-mtp.fused_layers");
     let no_fc = rewrite(&fused, |_, t| t.retain(|x| !x.name.ends_with("nextn.fc.weight")));
@@ -138,7 +139,12 @@ fn broken_and_mismatched_files_are_refused() {
             }
         }
     });
-    refused(&engine, "fused-shape.gguf", &narrow, &format!("blk.{n}.nextn.fc.weight' has shape [{}, {d}], expected [{}, {d}]", 2 * d, 4 * d));
+    refused(
+        &engine,
+        "fused-shape.gguf",
+        &narrow,
+        &format!("blk.{n}.nextn.fc.weight' has shape [{}, {d}], expected [{}, {d}]", 2 * d, 4 * d),
+    );
 
     // copy hints: the key and its four tensors go together, the n-gram
     // length is 1..=8, the per-length tables have one row per length
@@ -146,14 +152,20 @@ fn broken_and_mismatched_files_are_refused() {
     cw.d2t = Some((0..4096).collect());
     cw.copy = Some(CopyWeights::zero(4, d as usize));
     let copy = cw.to_gguf(&engine.model.cfg, &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap();
-    engine.load_mtp_head(&{
-        let p = tmp("copy.gguf");
-        std::fs::write(&p, &copy).unwrap();
-        p
-    })
-    .expect("a valid head with copy hints loads");
+    engine
+        .load_mtp_head(&{
+            let p = tmp("copy.gguf");
+            std::fs::write(&p, &copy).unwrap();
+            p
+        })
+        .expect("a valid head with copy hints loads");
     let no_key = rewrite(&copy, |m, _| m.retain(|(k, _)| k != "tandem-mtp.copy_ngram_max"));
-    refused(&engine, "copy-nokey.gguf", &no_key, &format!("tensor blk.{n}.nextn.copy_norm.weight present but no tandem-mtp.copy_ngram_max"));
+    refused(
+        &engine,
+        "copy-nokey.gguf",
+        &no_key,
+        &format!("tensor blk.{n}.nextn.copy_norm.weight present but no tandem-mtp.copy_ngram_max"),
+    );
     let no_proj = rewrite(&copy, |_, t| t.retain(|x| !x.name.ends_with("nextn.copy_proj.weight")));
     refused(&engine, "copy-noproj.gguf", &no_proj, &format!("MTP tensor missing: blk.{n}.nextn.copy_proj.weight"));
     let zero = set_key(&copy, "tandem-mtp.copy_ngram_max", Value::U32(0));
@@ -191,15 +203,25 @@ fn valid_head_loads_and_greedy_output_is_unchanged() {
     let prompt = engine.tokenize_prompt(&text);
     let params = GenParams { max_tokens: 48, sampler: SamplerParams::greedy() };
     let mut plain = Vec::new();
-    engine.new_session(512).generate(&prompt, &params, None, |t, _| {
-        if t != u32::MAX { plain.push(t) }
-        true
-    }).unwrap();
+    engine
+        .new_session(512)
+        .generate(&prompt, &params, None, |t, _| {
+            if t != u32::MAX {
+                plain.push(t)
+            }
+            true
+        })
+        .unwrap();
     let mut spec = Vec::new();
-    engine.new_session(512).generate_with(&prompt, &params, Some(&mut sp), None, |t, _| {
-        if t != u32::MAX { spec.push(t) }
-        true
-    }).unwrap();
+    engine
+        .new_session(512)
+        .generate_with(&prompt, &params, Some(&mut sp), None, |t, _| {
+            if t != u32::MAX {
+                spec.push(t)
+            }
+            true
+        })
+        .unwrap();
     assert_eq!(spec, plain);
     assert!(sp.stats.drafted > 0);
 }

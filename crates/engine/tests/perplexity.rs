@@ -11,8 +11,7 @@ fn perplexity_within_one_percent_of_llamacpp() {
         return;
     }
     let dir = common::data_dir();
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("perplexity_smollm2.json")).unwrap()).unwrap();
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("perplexity_smollm2.json")).unwrap()).unwrap();
     let text = std::fs::read_to_string(dir.join(meta["text_file"].as_str().unwrap())).unwrap();
     let n_ctx = meta["n_ctx"].as_u64().unwrap() as usize;
     let engine = common::engine(2);

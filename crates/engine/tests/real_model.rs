@@ -44,10 +44,7 @@ fn thread_count_does_not_change_logits() {
 fn seeded_sampling_is_reproducible_and_prefix_is_reused() {
     let e = common::engine(2);
     let prompt = e.tokenize_prompt(&e.render_chat(&[tandem_tokenizer::ChatMessage::new("user", "Tell me a joke.")]).unwrap());
-    let p = GenParams {
-        max_tokens: 24,
-        sampler: SamplerParams { temperature: 0.9, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1234 },
-    };
+    let p = GenParams { max_tokens: 24, sampler: SamplerParams { temperature: 0.9, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1234 } };
     let run = |s: &mut Session| {
         let mut ids = vec![];
         let st = s.generate(&prompt, &p, None, |id, _| {

@@ -27,7 +27,8 @@ fn dev_prompts_identical_with_lookup_and_draft_model() {
     let hybrid = |fixed| SpecOptions { lookup: Some((2, 8)), ..mtp(fixed) };
     let mut ha = engine.speculator(&hybrid(false), 2048).unwrap().unwrap();
     let mut hf = engine.speculator(&hybrid(true), 2048).unwrap().unwrap();
-    let dspark = |fixed| SpecOptions { mtp: Some(common::dspark_path()), dspark: true, fixed_length: fixed, require: true, ..Default::default() };
+    let dspark =
+        |fixed| SpecOptions { mtp: Some(common::dspark_path()), dspark: true, fixed_length: fixed, require: true, ..Default::default() };
     let mut da = engine.speculator(&dspark(false), 2048).unwrap().unwrap();
     let mut df = engine.speculator(&dspark(true), 2048).unwrap().unwrap();
     for p in &file {

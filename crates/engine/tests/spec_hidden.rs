@@ -56,7 +56,11 @@ fn drafter_sees_exact_hidden_rows_of_committed_positions() {
     std::fs::write(&path, synthetic_llama(&SyntheticSpec { seed: 9, ..Default::default() })).unwrap();
     let engine = Arc::new(Engine::load(&path, 2).unwrap());
     let rows: Rows = Arc::default();
-    let cfg = SpecConfig { max_draft: 4, scheduler: tandem_spec::SchedulerConfig { adaptive: false, ..Default::default() }, ..Default::default() };
+    let cfg = SpecConfig {
+        max_draft: 4,
+        scheduler: tandem_spec::SchedulerConfig { adaptive: false, ..Default::default() },
+        ..Default::default()
+    };
     let mut sp = Speculator::new(Box::new(Recorder { rows: rows.clone(), rng: Rng::new(1) }), cfg).unwrap();
     let mut s = Session::new(engine.clone(), 512);
     let params = GenParams { max_tokens: 30, sampler: SamplerParams::greedy() };
@@ -72,14 +76,17 @@ fn drafter_sees_exact_hidden_rows_of_committed_positions() {
         let committed = s.tokens.clone();
         let mut cache = engine.model.new_cache(512);
         let mut o = ForwardOutput::default();
-        engine.model.forward(&engine.pool, &mut cache, &committed, &LogitRows::None, &[HiddenTap::Layer(0), HiddenTap::Final], &mut o).unwrap();
+        engine
+            .model
+            .forward(&engine.pool, &mut cache, &committed, &LogitRows::None, &[HiddenTap::Layer(0), HiddenTap::Final], &mut o)
+            .unwrap();
         let d = engine.model.cfg.d_model;
         let m = rows.lock().unwrap();
         for p in 0..committed.len() {
             let got = m.get(&p).unwrap_or_else(|| panic!("turn {turn}: position {p} never observed"));
-            for t in 0..2 {
+            for (t, g) in got.iter().enumerate().take(2) {
                 let want = &o.hidden[t][p * d..(p + 1) * d];
-                assert!(got[t].iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "turn {turn} pos {p} tap {t}");
+                assert!(g.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "turn {turn} pos {p} tap {t}");
             }
         }
         drop(m);

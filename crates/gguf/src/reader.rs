@@ -31,11 +31,7 @@ pub(crate) fn alignment_from_value(v: &Value) -> Result<u64, GgufError> {
         Value::Bool(_) => None,
         _ => v.as_u64(),
     }
-    .ok_or_else(|| GgufError::WrongType {
-        key: "general.alignment".into(),
-        expected: "unsigned integer",
-        found: v.type_name(),
-    })?;
+    .ok_or_else(|| GgufError::WrongType { key: "general.alignment".into(), expected: "unsigned integer", found: v.type_name() })?;
     if a == 0 || !a.is_power_of_two() || a > 65536 {
         return Err(GgufError::BadAlignment(a));
     }
@@ -115,9 +111,12 @@ struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], GgufError> {
         let len = self.buf.len() as u64;
-        let end = (self.pos as u64).checked_add(n).filter(|&e| e <= len).ok_or(
-            GgufError::Truncated { what, offset: self.pos as u64, needed: n, len },
-        )?;
+        let end = (self.pos as u64).checked_add(n).filter(|&e| e <= len).ok_or(GgufError::Truncated {
+            what,
+            offset: self.pos as u64,
+            needed: n,
+            len,
+        })?;
         let s = &self.buf[self.pos..end as usize];
         self.pos = end as usize;
         Ok(s)
@@ -177,11 +176,7 @@ impl<'a> Cursor<'a> {
             ValueType::F64 => Value::F64(f64::from_bits(self.u64(W)?)),
             ValueType::Array => {
                 if depth >= MAX_NESTING {
-                    return Err(GgufError::AbsurdCount {
-                        what: "array nesting depth",
-                        value: depth as u64 + 1,
-                        limit: MAX_NESTING as u64,
-                    });
+                    return Err(GgufError::AbsurdCount { what: "array nesting depth", value: depth as u64 + 1, limit: MAX_NESTING as u64 });
                 }
                 let raw = self.u32("array element type")?;
                 let ety = ValueType::from_u32(raw).ok_or(GgufError::UnknownValueType(raw))?;
@@ -272,8 +267,7 @@ impl Gguf {
                 dims.push(c.u64("tensor dimension")?);
             }
             let raw = c.u32("tensor type")?;
-            let ty = GgmlType::from_u32(raw)
-                .ok_or_else(|| GgufError::UnknownTensorType { name: name.clone(), ty: raw })?;
+            let ty = GgmlType::from_u32(raw).ok_or_else(|| GgufError::UnknownTensorType { name: name.clone(), ty: raw })?;
             let offset = c.u64("tensor offset")?;
             let mut n: u64 = 1;
             for &d in &dims {
@@ -291,9 +285,7 @@ impl Gguf {
                     format!("row length {} is not a multiple of the {} block size {}", dims[0], ty, ty.block_elems()),
                 )
             })?;
-            let size = row
-                .checked_mul(n / dims[0])
-                .ok_or_else(|| GgufError::bad_tensor(&name, "size overflows"))?;
+            let size = row.checked_mul(n / dims[0]).ok_or_else(|| GgufError::bad_tensor(&name, "size overflows"))?;
             if offset % alignment != 0 {
                 return Err(GgufError::MisalignedTensor { name, offset, alignment });
             }

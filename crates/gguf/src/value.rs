@@ -186,8 +186,7 @@ impl Value {
                 format!("{t:?}")
             }
             Value::Array(ty, items) => {
-                let shown: Vec<String> =
-                    items.iter().take(max_items).map(|v| v.display_short(0)).collect();
+                let shown: Vec<String> = items.iter().take(max_items).map(|v| v.display_short(0)).collect();
                 let more = if items.len() > max_items { ", …" } else { "" };
                 format!("[{ty:?}; {}] [{}{}]", items.len(), shown.join(", "), more)
             }

@@ -149,11 +149,7 @@ fn put_value(out: &mut Vec<u8>, v: &Value) -> Result<(), GgufError> {
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());
             for it in items {
                 if it.value_type() != *ety {
-                    return Err(GgufError::Write(format!(
-                        "array declared {:?} holds a {}",
-                        ety,
-                        it.type_name()
-                    )));
+                    return Err(GgufError::Write(format!("array declared {:?} holds a {}", ety, it.type_name())));
                 }
                 put_value(out, it)?;
             }

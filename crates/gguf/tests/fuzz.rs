@@ -270,13 +270,11 @@ const TYPES: [GgmlType; 12] = [
 ];
 
 fn tensor() -> impl Strategy<Value = (GgmlType, Vec<u64>, u64)> {
-    (prop::sample::select(&TYPES[..]), 1u64..4, prop::collection::vec(1u64..4, 0..3), any::<u64>()).prop_map(
-        |(ty, blocks, rest, seed)| {
-            let mut dims = vec![blocks * ty.block_elems() as u64];
-            dims.extend(rest);
-            (ty, dims, seed)
-        },
-    )
+    (prop::sample::select(&TYPES[..]), 1u64..4, prop::collection::vec(1u64..4, 0..3), any::<u64>()).prop_map(|(ty, blocks, rest, seed)| {
+        let mut dims = vec![blocks * ty.block_elems() as u64];
+        dims.extend(rest);
+        (ty, dims, seed)
+    })
 }
 
 proptest! {

@@ -158,13 +158,7 @@ fn absurd_metadata_count() {
     let f = Raw::new().n_kv(2).kv(kv_u32("a", 1)).tensor(tinfo("t", &[8], tt::F32, 0)).data_len(32).build();
     parse_err(f);
     // Claims fewer: leftover kv bytes are misread as a tensor entry.
-    let f = Raw::new()
-        .n_kv(1)
-        .kv(kv_u32("a", 1))
-        .kv(kv_u32("b", 2))
-        .tensor(tinfo("t", &[8], tt::F32, 0))
-        .data_len(32)
-        .build();
+    let f = Raw::new().n_kv(1).kv(kv_u32("a", 1)).kv(kv_u32("b", 2)).tensor(tinfo("t", &[8], tt::F32, 0)).data_len(32).build();
     parse_err(f);
 }
 
@@ -321,8 +315,7 @@ fn dimension_product_overflow() {
         assert_err!(one_tensor(tinfo("t", dims, tt::Q8_0, 0), 64), GgufError::BadTensor { .. });
     }
     // 2^48 elements is accepted as a shape but its 2^50 bytes are not in the file.
-    let e =
-        assert_err!(one_tensor(tinfo("t", &[1 << 24, 1 << 24], tt::F32, 0), 64), GgufError::TensorOutOfBounds { .. });
+    let e = assert_err!(one_tensor(tinfo("t", &[1 << 24, 1 << 24], tt::F32, 0), 64), GgufError::TensorOutOfBounds { .. });
     if let GgufError::TensorOutOfBounds { start, end, len, .. } = e {
         assert_eq!((start, end, len), (0, 1 << 50, 64));
     }
@@ -395,12 +388,7 @@ fn misaligned_tensor_offset() {
         assert_err!(f, GgufError::MisalignedTensor { ref name, offset, alignment: 32 } if name == "t" && offset == off);
     }
     // With a custom alignment of 64, 32 is misaligned.
-    let f = Raw::new()
-        .align(64)
-        .kv(kv_u32("general.alignment", 64))
-        .tensor(tinfo("t", &[4], tt::F32, 32))
-        .data_len(128)
-        .build();
+    let f = Raw::new().align(64).kv(kv_u32("general.alignment", 64)).tensor(tinfo("t", &[4], tt::F32, 32)).data_len(128).build();
     assert_err!(f, GgufError::MisalignedTensor { offset: 32, alignment: 64, .. });
 }
 

@@ -24,13 +24,7 @@ fn model_path() -> Option<PathBuf> {
 fn smollm2_header_and_tensors() {
     let Some(path) = model_path() else { return };
     let g = Gguf::open(&path).unwrap();
-    println!(
-        "{}: version {}, {} metadata keys, {} tensors",
-        path.display(),
-        g.version,
-        g.metadata.len(),
-        g.tensors.len()
-    );
+    println!("{}: version {}, {} metadata keys, {} tensors", path.display(), g.version, g.metadata.len(), g.tensors.len());
     assert_eq!(g.version, 3);
     assert_eq!(g.alignment, 32);
     assert_eq!(g.file_size(), std::fs::metadata(&path).unwrap().len());
@@ -56,9 +50,7 @@ fn smollm2_header_and_tensors() {
 
     // Every layer is there, and all tensor slices are inside the file and do not overlap.
     for i in 0..30 {
-        for n in
-            ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_norm", "ffn_norm"]
-        {
+        for n in ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_norm", "ffn_norm"] {
             assert!(g.tensor_info(&format!("blk.{i}.{n}.weight")).is_some(), "blk.{i}.{n}.weight");
         }
     }

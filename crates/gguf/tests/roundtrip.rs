@@ -120,15 +120,7 @@ fn version_2_reads_the_same() {
 
 #[test]
 fn custom_alignments() {
-    let cases = [
-        Value::U32(64),
-        Value::U64(128),
-        Value::U8(16),
-        Value::U16(256),
-        Value::I32(8),
-        Value::U32(1),
-        Value::U32(65536),
-    ];
+    let cases = [Value::U32(64), Value::U64(128), Value::U8(16), Value::U16(256), Value::I32(8), Value::U32(1), Value::U32(65536)];
     for a in cases {
         let want = a.as_u64().unwrap();
         let extra = [("general.alignment", a.clone())];

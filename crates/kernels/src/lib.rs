@@ -15,6 +15,11 @@
 //! - [`ops`]: row-wise operations (RMSNorm, RoPE, softmax, SwiGLU, attention).
 //! - [`pool`]: a persistent spin-then-park worker pool.
 
+// Kernels index several arrays (weights, activations, accumulators) by one
+// element or lane index; written as index loops, the reduction order the twins
+// must share is plain to read.
+#![allow(clippy::needless_range_loop)]
+
 pub mod matmul;
 pub mod ops;
 pub mod pack;

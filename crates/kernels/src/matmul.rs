@@ -61,10 +61,11 @@ impl<'a> Weight<'a> {
         if matches!(ty, GgmlType::Q8_1 | GgmlType::I32 | GgmlType::I64) {
             return Err(WeightError::UnsupportedType { name: name.into(), ty });
         }
-        let rb = ty
-            .row_bytes(k as u64)
-            .filter(|_| is_float(ty) || k % 32 == 0)
-            .ok_or_else(|| WeightError::BadColumns { name: name.into(), k, ty })? as usize;
+        let rb = ty.row_bytes(k as u64).filter(|_| is_float(ty) || k.is_multiple_of(32)).ok_or_else(|| WeightError::BadColumns {
+            name: name.into(),
+            k,
+            ty,
+        })? as usize;
         if data.len() != rb * n {
             return Err(WeightError::BadSize { name: name.into(), got: data.len(), want: rb * n, n, k, ty });
         }
@@ -76,7 +77,7 @@ impl<'a> Weight<'a> {
         if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
             return Err(WeightError::UnsupportedType { name: name.into(), ty });
         }
-        if k % 32 != 0 || n % 8 != 0 {
+        if !k.is_multiple_of(32) || !n.is_multiple_of(8) {
             return Err(WeightError::BadColumns { name: name.into(), k, ty });
         }
         let want = n / 8 * (k / 32) * crate::pack::Q4X8_BLOCK;
@@ -89,7 +90,7 @@ impl<'a> Weight<'a> {
     /// A Q8_0 matrix repacked by [`crate::pack::pack_q8x8`].
     pub fn packed_q8x8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
         let ty = GgmlType::Q8_0;
-        if k % 32 != 0 || n % 8 != 0 {
+        if !k.is_multiple_of(32) || !n.is_multiple_of(8) {
             return Err(WeightError::BadColumns { name: name.into(), k, ty });
         }
         let want = n / 8 * (k / 32) * crate::pack::Q8X8_BLOCK;
@@ -102,7 +103,7 @@ impl<'a> Weight<'a> {
     /// A Q5_0 matrix repacked by [`crate::pack::pack_q5x8`].
     pub fn packed_q5x8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
         let ty = GgmlType::Q5_0;
-        if k % 32 != 0 || n % 8 != 0 {
+        if !k.is_multiple_of(32) || !n.is_multiple_of(8) {
             return Err(WeightError::BadColumns { name: name.into(), k, ty });
         }
         let want = n / 8 * (k / 32) * crate::pack::Q5X8_BLOCK;
@@ -115,7 +116,7 @@ impl<'a> Weight<'a> {
     /// A Q4_K matrix repacked by [`crate::pack::pack_q4kx8`].
     pub fn packed_q4kx8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
         let ty = GgmlType::Q4K;
-        if k % 256 != 0 || n % 8 != 0 {
+        if !k.is_multiple_of(256) || !n.is_multiple_of(8) {
             return Err(WeightError::BadColumns { name: name.into(), k, ty });
         }
         let want = n / 8 * (k / 256) * crate::pack::Q4KX8_SUPER;
@@ -128,7 +129,7 @@ impl<'a> Weight<'a> {
     /// A Q6_K matrix repacked by [`crate::pack::pack_q6x8`].
     pub fn packed_q6x8(name: &str, n: usize, k: usize, data: &'a [u8]) -> Result<Self, WeightError> {
         let ty = GgmlType::Q6K;
-        if k % 256 != 0 || n % 8 != 0 {
+        if !k.is_multiple_of(256) || !n.is_multiple_of(8) {
             return Err(WeightError::BadColumns { name: name.into(), k, ty });
         }
         let want = n / 8 * (k / 32) * crate::pack::Q6X8_BLOCK;
@@ -331,13 +332,7 @@ unsafe fn cols_q<F: Format + Unpack>(level: SimdLevel, w: &Weight, acts: &[ActBl
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn tiles_q<'a, F: Unpack, const NR: usize>(
-    w: &Weight<'a>,
-    arow: &impl Fn(usize) -> &'a [ActBlock],
-    m: usize,
-    c: usize,
-    out: Out,
-) {
+unsafe fn tiles_q<'a, F: Unpack, const NR: usize>(w: &Weight<'a>, arow: &impl Fn(usize) -> &'a [ActBlock], m: usize, c: usize, out: Out) {
     use crate::simd::avx2::dot_tile;
     let wr: [&[u8]; NR] = std::array::from_fn(|i| w.row(c + i));
     let mut r = 0;
@@ -471,17 +466,15 @@ impl Packed for PackedQ4K {
     }
 }
 
+/// An 8-column tile kernel over MR rows.
+#[cfg(target_arch = "x86_64")]
+type Tile<const MR: usize> = unsafe fn(&[u8], [&[ActBlock]; MR], &mut [[f32; 8]; MR]);
+
 /// A pair of groups as two 8-column tiles (for layouts without a 512-bit
 /// kernel); the same bits as one call per group.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn two_tiles<const MR: usize>(
-    tile: unsafe fn(&[u8], [&[ActBlock]; MR], &mut [[f32; 8]; MR]),
-    g0: &[u8],
-    g1: &[u8],
-    a: [&[ActBlock]; MR],
-    out: &mut [[f32; 16]; MR],
-) {
+unsafe fn two_tiles<const MR: usize>(tile: Tile<MR>, g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
     let (mut o0, mut o1) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
     tile(g0, a, &mut o0);
     tile(g1, a, &mut o1);
@@ -516,7 +509,7 @@ impl Packed for PackedQ6 {
 unsafe fn cols_packed<P: Packed>(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
     let nb = w.k / 32;
     let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
-    debug_assert!(cols.start % 8 == 0 && cols.end % 8 == 0);
+    debug_assert!(cols.start.is_multiple_of(8) && cols.end.is_multiple_of(8));
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => {

@@ -20,6 +20,9 @@ pub(crate) mod exp_consts {
 #[inline]
 pub fn exp_scalar(x: f32) -> f32 {
     use exp_consts::*;
+    // max then min, not `clamp`: a NaN becomes LO here, as in the SIMD
+    // kernel's `max_ps`/`min_ps`, where `clamp` would keep it
+    #[allow(clippy::manual_clamp)]
     let x = x.max(LO).min(HI);
     let n = (x * LOG2E).round_ties_even();
     let r = (-n).mul_add(LN2_HI, x);

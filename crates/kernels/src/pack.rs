@@ -70,7 +70,7 @@ pub fn pack_q4x8(ty: GgmlType, n: usize, k: usize, data: &[u8]) -> Option<Vec<u8
         GgmlType::Q4_1 => (20, 4),
         _ => return None,
     };
-    if n % 8 != 0 || k % 32 != 0 || data.len() != n * (k / 32) * bb {
+    if !n.is_multiple_of(8) || !k.is_multiple_of(32) || data.len() != n * (k / 32) * bb {
         return None;
     }
     let nb = k / 32;
@@ -155,7 +155,7 @@ pub const Q8X8_BLOCK: usize = 272;
 /// Returns None when the shape or size does not qualify.
 pub fn pack_q8x8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
     const BB: usize = 34;
-    if n % 8 != 0 || k % 32 != 0 || data.len() != n * (k / 32) * BB {
+    if !n.is_multiple_of(8) || !k.is_multiple_of(32) || data.len() != n * (k / 32) * BB {
         return None;
     }
     let nb = k / 32;
@@ -181,7 +181,7 @@ pub const Q6X8_BLOCK: usize = 288;
 /// Repack a Q6_K matrix of `n` rows × `k` columns (n % 8 == 0, k % 256 == 0)
 /// into Q6x8. None when the shape does not qualify.
 pub fn pack_q6x8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
-    if n % 8 != 0 || k % 256 != 0 || data.len() != n * (k / 256) * Q6K::BYTES {
+    if !n.is_multiple_of(8) || !k.is_multiple_of(256) || data.len() != n * (k / 256) * Q6K::BYTES {
         return None;
     }
     let (nsb, nb) = (k / 256, k / 32);
@@ -264,7 +264,7 @@ pub const Q4KX8_BLOCK: usize = Q4KX8_SUPER / 8;
 /// Repack a Q4_K matrix of `n` rows × `k` columns (n % 8 == 0, k % 256 == 0)
 /// into Q4Kx8. None when the shape does not qualify.
 pub fn pack_q4kx8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
-    if n % 8 != 0 || k % 256 != 0 || data.len() != n * (k / 256) * Q4K::BYTES {
+    if !n.is_multiple_of(8) || !k.is_multiple_of(256) || data.len() != n * (k / 256) * Q4K::BYTES {
         return None;
     }
     let nsb = k / 256;
@@ -351,7 +351,7 @@ pub const Q5X8_BLOCK: usize = 176;
 /// into Q5x8. None when the shape or size does not qualify.
 pub fn pack_q5x8(n: usize, k: usize, data: &[u8]) -> Option<Vec<u8>> {
     const BB: usize = 22;
-    if n % 8 != 0 || k % 32 != 0 || data.len() != n * (k / 32) * BB {
+    if !n.is_multiple_of(8) || !k.is_multiple_of(32) || data.len() != n * (k / 32) * BB {
         return None;
     }
     let nb = k / 32;
@@ -431,7 +431,7 @@ pub fn dot_q5x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::Act
 /// Q8x8. None when `data` is not whole Q5_0 blocks.
 pub fn q5_0_to_q8_0(data: &[u8]) -> Option<Vec<u8>> {
     use crate::quant::formats::{Format, Q5_0};
-    if data.len() % Q5_0::BYTES != 0 {
+    if !data.len().is_multiple_of(Q5_0::BYTES) {
         return None;
     }
     let mut out = Vec::with_capacity(data.len() / Q5_0::BYTES * 34);

@@ -103,10 +103,7 @@ impl ThreadPool {
         let handles = (1..n)
             .map(|i| {
                 let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("tandem-worker-{i}"))
-                    .spawn(move || worker(s, i))
-                    .expect("spawn worker thread")
+                std::thread::Builder::new().name(format!("tandem-worker-{i}")).spawn(move || worker(s, i)).expect("spawn worker thread")
             })
             .collect();
         ThreadPool { shared, handles, run_lock: Mutex::new(()) }
@@ -158,7 +155,7 @@ impl ThreadPool {
         let mut spins = 0u32;
         while s.remaining.load(Ordering::Acquire) != 0 {
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -184,7 +181,7 @@ fn worker(s: Arc<Shared>, index: usize) {
         while g == seen && !s.shutdown.load(Ordering::Relaxed) {
             std::hint::spin_loop();
             k = k.wrapping_add(1);
-            if k % 256 == 0 && start.elapsed() > s.spin {
+            if k.is_multiple_of(256) && start.elapsed() > s.spin {
                 let mut guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
                 s.sleepers.fetch_add(1, Ordering::SeqCst);
                 while s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {

@@ -4,6 +4,8 @@
 //! - Row i of an M-row product == the same row computed alone, for M in 1..=16
 //!   and 1 or 2 threads (compared with `to_bits`, never a tolerance).
 
+#![allow(clippy::needless_range_loop)]
+
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tandem_gguf::GgmlType;
@@ -73,7 +75,17 @@ fn batch_invariant(w: &Weight, x: &[f32], m: usize) -> Result<(), TestCaseError>
             let mut y1 = vec![0f32; n];
             matmul(&pool, w, &x[r * k..(r + 1) * k], 1, &mut y1);
             for c in 0..n {
-                prop_assert_eq!(y[r * n + c].to_bits(), y1[c].to_bits(), "{} {:?} threads={} m={} row={} col={}", w.ty, w.layout(), threads, m, r, c);
+                prop_assert_eq!(
+                    y[r * n + c].to_bits(),
+                    y1[c].to_bits(),
+                    "{} {:?} threads={} m={} row={} col={}",
+                    w.ty,
+                    w.layout(),
+                    threads,
+                    m,
+                    r,
+                    c
+                );
             }
         }
     }

@@ -59,9 +59,7 @@ impl Config {
             )));
         }
         if n_head % n_kv_head != 0 || d_model % n_head != 0 {
-            return Err(ModelError::BadConfig(format!(
-                "{n_head} heads / {n_kv_head} kv heads / width {d_model} do not divide"
-            )));
+            return Err(ModelError::BadConfig(format!("{n_head} heads / {n_kv_head} kv heads / width {d_model} do not divide")));
         }
         let head_dim = match g.get(&key("attention.key_length")) {
             Some(v) => v.as_u64().unwrap_or(0) as usize,

@@ -230,8 +230,8 @@ impl DSparkConfig {
         if block_size == 0 || block_size > 64 {
             return Err(meta(format!("block_size {block_size}")));
         }
-        let layers = crate::support::int_array(g, keys::TARGET_LAYERS, kind)?
-            .ok_or_else(|| meta(format!("missing key {}", keys::TARGET_LAYERS)))?;
+        let layers =
+            crate::support::int_array(g, keys::TARGET_LAYERS, kind)?.ok_or_else(|| meta(format!("missing key {}", keys::TARGET_LAYERS)))?;
         if layers.is_empty() || layers.len() > 64 {
             return Err(meta(format!("{} target layers", layers.len())));
         }
@@ -251,7 +251,7 @@ impl DSparkConfig {
         if d_model != target.d_model {
             return Err(meta(format!("embedding_length {d_model} differs from the target's {}", target.d_model)));
         }
-        if n_head == 0 || n_kv_head == 0 || n_head % n_kv_head != 0 || n_head > 1024 || ffn == 0 || ffn > 1 << 20 {
+        if n_head == 0 || n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) || n_head > 1024 || ffn == 0 || ffn > 1 << 20 {
             return Err(meta(format!("implausible sizes: {n_head} heads, {n_kv_head} KV heads, FFN {ffn}")));
         }
         let head_dim = opt_num(keys::KEY_LENGTH)?.map_or(d_model / n_head, |v| v as usize);
@@ -271,7 +271,10 @@ impl DSparkConfig {
             Some(v) => v.as_f64().ok_or_else(|| meta(format!("{} is not a number", keys::ROPE_BASE)))? as f32,
             None => 10000.0,
         };
-        if !(eps > 0.0 && eps < 1.0) || !(rope_base > 1.0 && rope_base.is_finite()) {
+        // written as negated ranges so that NaN fails them
+        #[allow(clippy::nonminimal_bool)]
+        let bad = !(eps > 0.0 && eps < 1.0) || !(rope_base > 1.0 && rope_base.is_finite());
+        if bad {
             return Err(meta(format!("rms epsilon {eps} / rope base {rope_base}")));
         }
         let ctx = opt_num(keys::CTX)?.map_or(target.ctx_train, |v| v as usize).max(1);
@@ -448,9 +451,7 @@ fn dequant(g: &Gguf, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
 fn read_ids(ty: GgmlType, data: &[u8]) -> Option<Vec<i64>> {
     match ty {
         GgmlType::I32 => Some(data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect()),
-        GgmlType::I64 => Some(
-            data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
-        ),
+        GgmlType::I64 => Some(data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()),
         _ => None,
     }
 }
@@ -530,18 +531,7 @@ impl DSparkWeights {
         let markov_w1 = (0..tc.vocab * r).map(|_| noise(0.02)).collect();
         let markov_w2 = vec![0f32; rows.len() * r];
         let conf = cfg.has_conf.then(|| (vec![0f32; d + r], 0.0));
-        DSparkWeights {
-            cfg,
-            fc,
-            enc_norm: vec![1.0; d],
-            blocks,
-            output_norm,
-            output: Some(output),
-            d2t,
-            markov_w1,
-            markov_w2,
-            conf,
-        }
+        DSparkWeights { cfg, fc, enc_norm: vec![1.0; d], blocks, output_norm, output: Some(output), d2t, markov_w1, markov_w2, conf }
     }
 
     /// Write a support file for target `id` (whose GGUF `target` lends its
@@ -1029,7 +1019,14 @@ impl DSparkModel {
     /// σ(conf · [e; w1[prev]] + b) (None without a confidence head):
     /// [`Self::markov_input`], [`Self::markov_confidence`] and then
     /// [`Self::markov_logits`].
-    pub fn markov(&self, pool: &ThreadPool, prev: u32, hint: Option<(u32, usize)>, e: &[f32], logits: &mut Vec<f32>) -> Result<Option<f32>, ModelError> {
+    pub fn markov(
+        &self,
+        pool: &ThreadPool,
+        prev: u32,
+        hint: Option<(u32, usize)>,
+        e: &[f32],
+        logits: &mut Vec<f32>,
+    ) -> Result<Option<f32>, ModelError> {
         let m = self.markov_input(prev, hint)?;
         let c = self.markov_confidence(&m, e);
         self.markov_logits(pool, &m, e, logits)?;
@@ -1117,6 +1114,8 @@ fn block_attention(pool: &ThreadPool, c: &DSparkConfig, cache: &KvCache, layer: 
     let units = n * c.n_head;
     let optr = OutPtr(out.as_mut_ptr());
     pool.run(|t, nt| {
+        // the Send wrapper, not its raw-pointer field (closures capture fields)
+        #[allow(clippy::redundant_locals)]
         let optr = optr;
         let mut sc = vec![0f32; n_ctx];
         for u in split_range(units, nt, t, 1) {

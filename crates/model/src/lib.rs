@@ -8,20 +8,20 @@
 //! use them directly and roll back by truncating the cache.
 
 mod config;
+pub mod dspark;
 mod error;
 mod kv;
 mod llama;
-pub mod dspark;
 pub mod mtp;
 pub mod support;
-mod weights;
 pub mod synthetic;
+mod weights;
 
 pub use config::{Config, RopeStyle};
+pub use dspark::{DSparkConfig, DSparkModel, DSparkWeights};
 pub use error::ModelError;
 pub use kv::{KvCache, KvSnapshot};
 pub use llama::{ForwardOutput, HiddenTap, LogitRows, Model};
-pub use dspark::{DSparkConfig, DSparkModel, DSparkWeights};
 pub use mtp::MtpHead;
 pub use support::{SupportError, SupportKind, TargetId};
 pub use weights::WeightRef;

@@ -30,7 +30,6 @@ pub(crate) struct Layer {
     w_down: WeightRef,
 }
 
-
 impl Layer {
     /// Load block `prefix` (e.g. `blk.3`) with the shapes `cfg` implies.
     pub(crate) fn load(g: &Gguf, cfg: &Config, prefix: &str) -> Result<Self, ModelError> {
@@ -54,6 +53,7 @@ impl Layer {
 
     /// Run the block on the `m` residual rows in `s.x` (RoPE angles already in
     /// `s.cs`), appending their K/V rows to layer `li` of the cache(s) in `kv`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(&self, pool: &ThreadPool, g: &Gguf, cfg: &Config, kv: &mut Kv, li: usize, m: usize, s: &mut Scratch) {
         let ly = self;
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
@@ -489,6 +489,8 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
     let units = m * cfg.n_head;
     let optr = OutPtr(out.as_mut_ptr());
     pool.run(|t, nt| {
+        // the Send wrapper, not its raw-pointer field (closures capture fields)
+        #[allow(clippy::redundant_locals)]
         let optr = optr;
         SCORES.with(|sc| {
             let mut sc = sc.borrow_mut();

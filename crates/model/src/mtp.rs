@@ -71,8 +71,7 @@ pub mod keys {
 }
 
 /// The optional copy-hint tensors (present exactly when [`keys::COPY_NGRAM`] is).
-pub const COPY_TENSORS: [&str; 4] =
-    ["nextn.copy_norm.weight", "nextn.copy_proj.weight", "nextn.copy_len.weight", "nextn.copy_bias.weight"];
+pub const COPY_TENSORS: [&str; 4] = ["nextn.copy_norm.weight", "nextn.copy_proj.weight", "nextn.copy_len.weight", "nextn.copy_bias.weight"];
 
 /// The copy hint for the row whose input token is the last of `history`:
 /// the longest suffix of `history` of at most `nmax` tokens that also occurs
@@ -140,8 +139,7 @@ pub fn tensor_name(n: usize, what: &str) -> String {
 }
 
 /// The parts of the head that are not the transformer block.
-pub const HEAD_TENSORS: [&str; 4] =
-    ["nextn.enorm.weight", "nextn.hnorm.weight", "nextn.eh_proj.weight", "nextn.shared_head_norm.weight"];
+pub const HEAD_TENSORS: [&str; 4] = ["nextn.enorm.weight", "nextn.hnorm.weight", "nextn.eh_proj.weight", "nextn.shared_head_norm.weight"];
 
 /// The block's tensors, in the target's own names.
 pub const BLOCK_TENSORS: [&str; 9] = [
@@ -246,9 +244,7 @@ impl MtpHead {
         };
         let d2t = match (g.tensor(&d2t_name).ok(), declared) {
             (None, None) => None,
-            (None, Some(v)) => {
-                return Err(meta(format!("{} is {v} but tensor {d2t_name} is missing", keys::DRAFT_VOCAB)))
-            }
+            (None, Some(v)) => return Err(meta(format!("{} is {v} but tensor {d2t_name} is missing", keys::DRAFT_VOCAB))),
             (Some((t, data)), declared) => {
                 if t.ty != GgmlType::I32 {
                     return Err(SupportError::BadType { kind, name: d2t_name, ty: t.ty.to_string(), want: "I32" });
@@ -712,10 +708,7 @@ impl MtpWeights {
             w.set(keys::DRAFT_VOCAB, Value::U32(m.len() as u32));
         }
         if let Some(f) = &self.fused {
-            w.set(
-                keys::FUSED_LAYERS,
-                Value::Array(tandem_gguf::ValueType::U32, f.layers.iter().map(|&l| Value::U32(l as u32)).collect()),
-            );
+            w.set(keys::FUSED_LAYERS, Value::Array(tandem_gguf::ValueType::U32, f.layers.iter().map(|&l| Value::U32(l as u32)).collect()));
         }
         if let Some(c) = &self.copy {
             w.set(keys::COPY_NGRAM, Value::U32(c.nmax as u32));

@@ -81,10 +81,7 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
     types.truncate(s.vocab);
     w.set("tokenizer.ggml.model", Value::String("gpt2".into()));
     w.set("tokenizer.ggml.pre", Value::String("gpt-2".into()));
-    w.set(
-        "tokenizer.ggml.tokens",
-        Value::Array(tandem_gguf::ValueType::String, tokens.into_iter().map(Value::String).collect()),
-    );
+    w.set("tokenizer.ggml.tokens", Value::Array(tandem_gguf::ValueType::String, tokens.into_iter().map(Value::String).collect()));
     w.set("tokenizer.ggml.token_type", Value::Array(tandem_gguf::ValueType::I32, types.into_iter().map(Value::I32).collect()));
     w.set("tokenizer.ggml.merges", Value::Array(tandem_gguf::ValueType::String, vec![]));
     w.set("tokenizer.ggml.bos_token_id", Value::U32(1));

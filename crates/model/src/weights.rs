@@ -39,7 +39,7 @@ fn pack(ty: GgmlType, n: usize, k: usize, bytes: &[u8], mut consumed: impl FnMut
         GgmlType::Q4_0 | GgmlType::Q4_1 => Layout::Q4x8,
         _ => return None,
     };
-    if n == 0 || n % 8 != 0 || bytes.len() % n != 0 {
+    if n == 0 || !n.is_multiple_of(8) || !bytes.len().is_multiple_of(n) {
         return None;
     }
     let row_bytes = bytes.len() / n;
@@ -133,9 +133,7 @@ impl WeightRef {
     #[inline]
     pub fn view<'a>(&'a self, g: &'a Gguf) -> Weight<'a> {
         match &self.storage {
-            Storage::Mapped { start, len } => {
-                Weight::new(&self.name, self.ty, self.n, self.k, &g.bytes()[*start..*start + *len])
-            }
+            Storage::Mapped { start, len } => Weight::new(&self.name, self.ty, self.n, self.k, &g.bytes()[*start..*start + *len]),
             Storage::Packed(layout, p) => match layout {
                 Layout::Q4x8 => Weight::packed_q4x8(&self.name, self.ty, self.n, self.k, p),
                 Layout::Q5x8 => Weight::packed_q5x8(&self.name, self.n, self.k, p),

@@ -209,7 +209,11 @@ async fn handle(st: Arc<AppState>, ep: Endpoint, body: Result<Bytes, BytesReject
     let room = ctx - ids.len();
     let max_tokens = match req.max_tokens {
         Some(m) if m > room => {
-            let p = if ep == Endpoint::Chat && req.max_tokens_field == "max_completion_tokens" { "max_completion_tokens" } else { "max_tokens" };
+            let p = if ep == Endpoint::Chat && req.max_tokens_field == "max_completion_tokens" {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
             return Err(ApiError::context_length(
                 format!(
                     "This model's maximum context length is {ctx} tokens. However, you requested {} tokens ({} in the prompt, {m} for the completion).",
@@ -222,9 +226,7 @@ async fn handle(st: Arc<AppState>, ep: Endpoint, body: Result<Bytes, BytesReject
         Some(m) => m,
         None => st.cfg.default_max_tokens.min(room),
     };
-    let seed = req.seed.unwrap_or_else(|| {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-    });
+    let seed = req.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0));
     let params = GenParams {
         max_tokens,
         sampler: SamplerParams { temperature: req.temperature, top_k: req.top_k, top_p: req.top_p, min_p: req.min_p, seed },

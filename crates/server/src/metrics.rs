@@ -70,9 +70,19 @@ impl Metrics {
                 ("{outcome=\"failed\"}".into(), c(&self.failed)),
             ],
         );
-        metric("tandem_requests_rejected_total", "counter", "Requests refused with 503 because the queue was full.", &one(c(&self.rejected_queue_full)));
+        metric(
+            "tandem_requests_rejected_total",
+            "counter",
+            "Requests refused with 503 because the queue was full.",
+            &one(c(&self.rejected_queue_full)),
+        );
         metric("tandem_prompt_tokens_total", "counter", "Prompt tokens received (tokens in).", &one(c(&self.prompt_tokens)));
-        metric("tandem_prompt_tokens_cached_total", "counter", "Prompt tokens reused from the kept KV cache.", &one(c(&self.cached_tokens)));
+        metric(
+            "tandem_prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from the kept KV cache.",
+            &one(c(&self.cached_tokens)),
+        );
         metric("tandem_generated_tokens_total", "counter", "Tokens generated (tokens out).", &one(c(&self.generated_tokens)));
         let secs = |a: &AtomicU64| format!("{:.6}", a.load(Relaxed) as f64 / 1e6);
         metric("tandem_prefill_seconds_total", "counter", "Time spent evaluating prompts.", &one(secs(&self.prefill_us)));

@@ -67,13 +67,21 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
 }
 
-const COMMON: &[&str] =
-    &["model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options"];
+const COMMON: &[&str] = &["model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options"];
 const CHAT_ONLY: &[&str] = &["messages", "max_completion_tokens", "logprobs", "top_logprobs"];
 const COMPLETION_ONLY: &[&str] = &["prompt", "logprobs", "echo", "suffix", "best_of"];
 /// Accepted with any value and ignored: they do not change the output.
-const IGNORED: &[&str] =
-    &["user", "metadata", "store", "service_tier", "parallel_tool_calls", "cache_prompt", "stream_options", "safety_identifier", "prompt_cache_key"];
+const IGNORED: &[&str] = &[
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "parallel_tool_calls",
+    "cache_prompt",
+    "stream_options",
+    "safety_identifier",
+    "prompt_cache_key",
+];
 /// OpenAI fields this server does not implement: only their default is accepted.
 const DEFAULT_ONLY: &[&str] = &[
     "frequency_penalty",
@@ -189,7 +197,10 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
             let top = f.uint("top_logprobs")?;
             if let Some(t) = top {
                 if t as usize > MAX_TOP_LOGPROBS {
-                    return Err(ApiError::invalid("top_logprobs", format!("'top_logprobs' must be between 0 and {MAX_TOP_LOGPROBS} (got {t}).")));
+                    return Err(ApiError::invalid(
+                        "top_logprobs",
+                        format!("'top_logprobs' must be between 0 and {MAX_TOP_LOGPROBS} (got {t})."),
+                    ));
                 }
                 if !want {
                     return Err(ApiError::invalid("top_logprobs", "'top_logprobs' requires 'logprobs' to be true."));
@@ -212,13 +223,31 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
             let lp = f.uint("logprobs")?;
             if let Some(n) = lp {
                 if n as usize > MAX_COMPLETION_LOGPROBS {
-                    return Err(ApiError::invalid("logprobs", format!("'logprobs' must be between 0 and {MAX_COMPLETION_LOGPROBS} (got {n}).")));
+                    return Err(ApiError::invalid(
+                        "logprobs",
+                        format!("'logprobs' must be between 0 and {MAX_COMPLETION_LOGPROBS} (got {n})."),
+                    ));
                 }
             }
             (parse_prompt(obj.get("prompt"))?, lp.map(|n| n as usize))
         }
     };
-    Ok(GenRequest { endpoint, model, prompt, max_tokens, max_tokens_field, temperature, top_p, top_k, min_p, seed, stop, stream, include_usage, logprobs })
+    Ok(GenRequest {
+        endpoint,
+        model,
+        prompt,
+        max_tokens,
+        max_tokens_field,
+        temperature,
+        top_p,
+        top_k,
+        min_p,
+        seed,
+        stop,
+        stream,
+        include_usage,
+        logprobs,
+    })
 }
 
 struct Fields<'a>(&'a Map<String, Value>);
@@ -307,9 +336,7 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
         let content = match o.get("content") {
             Some(Value::String(s)) => s.clone(),
             None | Some(Value::Null) if role == "assistant" => String::new(),
-            None | Some(Value::Null) => {
-                return Err(ApiError::invalid(&format!("{p}.content"), format!("'{p}.content' is required.")))
-            }
+            None | Some(Value::Null) => return Err(ApiError::invalid(&format!("{p}.content"), format!("'{p}.content' is required."))),
             Some(Value::Array(parts)) => {
                 let mut s = String::new();
                 for (j, part) in parts.iter().enumerate() {
@@ -317,17 +344,20 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
                     match (part.get("type").and_then(Value::as_str), part.get("text")) {
                         (Some("text"), Some(Value::String(t))) => s.push_str(t),
                         _ => {
-                            return Err(ApiError::invalid(
-                                &pp,
-                                format!("'{pp}' must be a text part {{\"type\": \"text\", \"text\": ...}}; other content types are not supported."),
-                            ))
+                            let msg = format!(
+                                "'{pp}' must be a text part {{\"type\": \"text\", \"text\": ...}}; other content types are not supported."
+                            );
+                            return Err(ApiError::invalid(&pp, msg));
                         }
                     }
                 }
                 s
             }
             Some(_) => {
-                return Err(ApiError::invalid(&format!("{p}.content"), format!("'{p}.content' must be a string or an array of text parts.")))
+                return Err(ApiError::invalid(
+                    &format!("{p}.content"),
+                    format!("'{p}.content' must be a string or an array of text parts."),
+                ))
             }
         };
         out.push(ChatMessage::new(role, content));

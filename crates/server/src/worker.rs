@@ -35,7 +35,10 @@ pub struct Job {
 pub enum Event {
     /// Text released to the client (stop strings held back and cut), with the
     /// log-probabilities of the tokens whose text it completes.
-    Chunk { text: String, logprobs: Vec<TokenLogprob> },
+    Chunk {
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
     Done(Box<Outcome>),
     Error(ApiError),
 }

@@ -114,7 +114,10 @@ fn stop_strings_cut_the_output_and_never_leak() {
             (t, f)
         } else {
             let v = r.json();
-            (v["choices"][0]["message"]["content"].as_str().unwrap().to_string(), v["choices"][0]["finish_reason"].as_str().unwrap().to_string())
+            (
+                v["choices"][0]["message"]["content"].as_str().unwrap().to_string(),
+                v["choices"][0]["finish_reason"].as_str().unwrap().to_string(),
+            )
         };
         assert_eq!(text, cut, "stop {stop:?} (stream {stream}) in {full:?}");
         assert!(!text.contains(stop));
@@ -220,8 +223,16 @@ fn speculative_greedy_output_is_identical_and_reports_acceptance() {
     });
     let spec = post(s.addr, "/v1/chat/completions", &b).json();
     assert_eq!(spec["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"]);
-    assert_eq!(spec["choices"][0]["logprobs"]["content"].as_array().unwrap().len(), plain["choices"][0]["logprobs"]["content"].as_array().unwrap().len());
-    for (a, p) in spec["choices"][0]["logprobs"]["content"].as_array().unwrap().iter().zip(plain["choices"][0]["logprobs"]["content"].as_array().unwrap()) {
+    assert_eq!(
+        spec["choices"][0]["logprobs"]["content"].as_array().unwrap().len(),
+        plain["choices"][0]["logprobs"]["content"].as_array().unwrap().len()
+    );
+    for (a, p) in spec["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(plain["choices"][0]["logprobs"]["content"].as_array().unwrap())
+    {
         assert_eq!(a["token"], p["token"]);
         assert!((a["logprob"].as_f64().unwrap() - p["logprob"].as_f64().unwrap()).abs() < 1e-5, "{a} vs {p}");
     }

@@ -54,7 +54,8 @@ fn bad_requests_get_400_with_a_clear_message() {
     expect(&post(a, "/v1/completions", &json!({"prompt": "x", "echo": true})), 400, "'echo' is not supported");
     expect(&post(a, "/v1/completions", &json!({"prompt": "x", "messages": []})), 400, "Unrecognized request argument supplied: messages");
     // harmless fields real clients send are accepted
-    let r = post(a, c, &chat_body("hi", json!({"user": "u1", "presence_penalty": 0, "frequency_penalty": 0, "max_tokens": 1, "metadata": {}})));
+    let r =
+        post(a, c, &chat_body("hi", json!({"user": "u1", "presence_penalty": 0, "frequency_penalty": 0, "max_tokens": 1, "metadata": {}})));
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
@@ -141,7 +142,11 @@ fn cors_preflight_when_enabled() {
         s.addr,
         "OPTIONS",
         "/v1/chat/completions",
-        &[("Origin", "http://example.com"), ("Access-Control-Request-Method", "POST"), ("Access-Control-Request-Headers", "authorization,content-type")],
+        &[
+            ("Origin", "http://example.com"),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "authorization,content-type"),
+        ],
         b"",
     );
     assert!(r.status == 200 || r.status == 204, "{r:?}");

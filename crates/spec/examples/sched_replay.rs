@@ -97,7 +97,11 @@ fn main() {
         let mut s = kept.take().unwrap_or_else(|| {
             let mut s = Scheduler::new(SchedulerConfig::default(), block + 1);
             s.set_fixed_draft_cost(true);
-            let mut widths: Vec<usize> = if profile_all { (1..=block + 1).collect() } else { [1, 2, 4, block + 1].into_iter().filter(|&w| w <= block + 1).collect() };
+            let mut widths: Vec<usize> = if profile_all {
+                (1..=block + 1).collect()
+            } else {
+                [1, 2, 4, block + 1].into_iter().filter(|&w| w <= block + 1).collect()
+            };
             widths.dedup();
             for &w in &widths {
                 s.observe_verify(w, costs[w - 1] * (speed + noise * gauss()).exp());
@@ -140,7 +144,12 @@ fn main() {
             lengths[k] += 1;
         }
         if std::env::var("REPLAY_DEBUG").is_ok() {
-            eprintln!("{path}: alpha {:?} verify {:?} cal(1, 0.5..0.9) {:?}", s.alpha(), (1..=block + 1).map(|w| s.verify_cost(w)).collect::<Vec<_>>(), [0.5f32, 0.6, 0.7, 0.8, 0.9].map(|c| s.calibrated(1, c)));
+            eprintln!(
+                "{path}: alpha {:?} verify {:?} cal(1, 0.5..0.9) {:?}",
+                s.alpha(),
+                (1..=block + 1).map(|w| s.verify_cost(w)).collect::<Vec<_>>(),
+                [0.5f32, 0.6, 0.7, 0.8, 0.9].map(|c| s.calibrated(1, c))
+            );
         }
         if persist {
             kept = Some(s);

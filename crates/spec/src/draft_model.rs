@@ -26,10 +26,7 @@ impl DraftModel {
     /// token lists (see the engine), this checks the shapes.
     pub fn new(model: Arc<Model>, pool: Arc<ThreadPool>, target_vocab: usize, ctx: usize, max_draft: usize) -> Result<Self, SpecError> {
         if model.cfg.vocab != target_vocab {
-            return Err(SpecError::VocabMismatch(format!(
-                "draft model has {} tokens, the target {}",
-                model.cfg.vocab, target_vocab
-            )));
+            return Err(SpecError::VocabMismatch(format!("draft model has {} tokens, the target {}", model.cfg.vocab, target_vocab)));
         }
         if max_draft == 0 || max_draft > crate::MAX_DRAFT {
             return Err(SpecError::BadOption(format!("draft length {max_draft}: need 1..={}", crate::MAX_DRAFT)));

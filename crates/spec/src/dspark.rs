@@ -57,7 +57,9 @@ impl DSparkDrafter {
             return Err(SpecError::BadOption(format!("--dspark-block-size {}: need 1..={trained} (the trained size)", opts.block_size)));
         }
         if !model.cfg.sample_from_anchor && opts.block_size < 2 {
-            return Err(SpecError::BadOption("--dspark-block-size 1 drafts nothing for a drafter whose anchor slot does not predict".into()));
+            return Err(SpecError::BadOption(
+                "--dspark-block-size 1 drafts nothing for a drafter whose anchor slot does not predict".into(),
+            ));
         }
         if let Some(c) = opts.confidence {
             if !(0.0..=1.0).contains(&c) {
@@ -243,7 +245,13 @@ impl Drafter for DSparkDrafter {
             self.logits.clear();
             self.logits.extend_from_slice(&self.base[i * dv..(i + 1) * dv]);
             // the first step's text is the one hint0 was found in
-            let hint = if j == 0 { hint0 } else if hints { self.model.copy_hint(&self.text) } else { None };
+            let hint = if j == 0 {
+                hint0
+            } else if hints {
+                self.model.copy_hint(&self.text)
+            } else {
+                None
+            };
             let e = &self.e[i * d..(i + 1) * d];
             let m = self.model.markov_input(prev, hint)?;
             let head = self.model.markov_confidence(&m, e);

@@ -174,8 +174,16 @@ impl Drafter for MtpDrafter {
         let fw = self.feat_width();
         let feats = (fw > 0).then(|| self.feats[have * fw..n * fw].to_vec());
         // rows have+1..=n of the text so far (a head with copy hints searches all of it)
-        let mut extra =
-            self.head.forward_ctx(&self.pool, &mut self.cache, &self.tokens, n - have, &hid, feats.as_deref(), &mut self.out_hidden, &mut self.logits)?;
+        let mut extra = self.head.forward_ctx(
+            &self.pool,
+            &mut self.cache,
+            &self.tokens,
+            n - have,
+            &hid,
+            feats.as_deref(),
+            &mut self.out_hidden,
+            &mut self.logits,
+        )?;
         let max = max.min(self.max_draft).min(self.cache.ctx() - self.cache.len());
         for depth in 0..max {
             let (row, gap) = self.top();
@@ -194,7 +202,8 @@ impl Drafter for MtpDrafter {
             }
             let h = self.out_hidden[self.out_hidden.len() - d..].to_vec();
             self.tokens.push(tok);
-            extra = self.head.forward_ctx(&self.pool, &mut self.cache, &self.tokens, 1, &h, None, &mut self.out_hidden, &mut self.logits)?;
+            extra =
+                self.head.forward_ctx(&self.pool, &mut self.cache, &self.tokens, 1, &h, None, &mut self.out_hidden, &mut self.logits)?;
         }
         // chained rows are not committed positions
         self.cache.truncate(n);

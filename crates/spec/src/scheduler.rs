@@ -232,8 +232,8 @@ impl Scheduler {
     /// drafts that truncation would throw away.
     pub fn observe_unverified(&mut self, verified: usize, confidence: &[f32]) {
         let a = self.cfg.ema;
-        for i in verified..confidence.len().min(self.alpha.len()) {
-            let c = self.calibrated(i, confidence[i]);
+        for (i, &conf) in confidence.iter().enumerate().take(self.alpha.len()).skip(verified) {
+            let c = self.calibrated(i, conf);
             self.alpha[i] = (1.0 - a) * self.alpha[i] + a * c;
         }
     }
@@ -422,7 +422,8 @@ impl Scheduler {
             return;
         }
         // reuse the oldest vector's buffer once the window is full
-        let mut v = if self.recent.len() == RECENT { self.recent.pop_front().map(|p| p.confidence).unwrap_or_default() } else { Vec::new() };
+        let mut v =
+            if self.recent.len() == RECENT { self.recent.pop_front().map(|p| p.confidence).unwrap_or_default() } else { Vec::new() };
         v.clear();
         v.extend_from_slice(confidence);
         self.recent.push_back(Proposal { cycle: self.cycle, asked, confidence: v });
@@ -849,7 +850,7 @@ mod tests {
             s.observe_confidence(&[0.9, 0.9], 1);
         }
         assert!((s.calibrated(0, 0.9) - 0.5).abs() < 0.05, "{}", s.calibrated(0, 0.9));
-        assert_eq!(s.calibrated(5, 0.7), 0.7 as f32 as f64);
+        assert_eq!(s.calibrated(5, 0.7), 0.7_f32 as f64);
     }
 
     /// Half the drafts are sure and right, half unsure and wrong: the mean
@@ -1060,7 +1061,7 @@ mod tests {
         s.observe_confidence(&[0.7], 0);
         let c = s.calibrated(0, 0.7);
         assert!(c > 0.35, "{c}"); // (0.15 without the starting evidence)
-        // while a run of misses still does
+                                  // while a run of misses still does
         for _ in 0..40 {
             s.observe_confidence(&[0.7], 0);
             s.end_cycle(true);

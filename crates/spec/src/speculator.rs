@@ -95,7 +95,21 @@ impl Speculator {
         let mut sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
         sched.set_fixed_draft_cost(drafter.fixed_cost());
         let taps = drafter.taps();
-        Ok(Speculator { drafter, sched, stats: SpecStats::default(), cfg, pending: None, draft: Draft::default(), free: Draft::default(), out: ForwardOutput::default(), trace: None, drafts: None, taps, observed: 0, proposed_last: false })
+        Ok(Speculator {
+            drafter,
+            sched,
+            stats: SpecStats::default(),
+            cfg,
+            pending: None,
+            draft: Draft::default(),
+            free: Draft::default(),
+            out: ForwardOutput::default(),
+            trace: None,
+            drafts: None,
+            taps,
+            observed: 0,
+            proposed_last: false,
+        })
     }
 
     pub fn drafter_name(&self) -> String {
@@ -270,13 +284,23 @@ impl Speculator {
         }
         let proposed = self.draft.tokens.len();
         if let Some(rec) = &mut self.drafts {
-            rec.push(CycleDraft { pos: cache.len(), anchor: t, tokens: self.draft.tokens.clone(), confidence: self.draft.confidence.clone(), free });
+            rec.push(CycleDraft {
+                pos: cache.len(),
+                anchor: t,
+                tokens: self.draft.tokens.clone(),
+                confidence: self.draft.confidence.clone(),
+                free,
+            });
         }
         let k = if free { free_k } else { self.sched.truncate(proposed, &self.draft.confidence) };
         let conf_log = if self.cfg.log {
             let list = |name: &str, v: &[f32]| {
                 let c: Vec<String> = v.iter().map(|c| format!("{c:.2}")).collect();
-                if v.is_empty() { String::new() } else { format!(" {name}=[{}]", c.join(",")) }
+                if v.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {name}=[{}]", c.join(","))
+                }
             };
             // a DSpark head's own confidences, where the scheduler was given others
             let head = if self.draft.head == self.draft.confidence { &[][..] } else { &self.draft.head[..] };

@@ -200,11 +200,7 @@ impl SpecStats {
         } else {
             format!(
                 "\nspec: confidence calibration per position (reached: predicted/observed) [{}]",
-                cal.iter()
-                    .enumerate()
-                    .map(|(i, (n, p, o))| format!("{}:{n}: {:.2}/{:.2}", i + 1, p, o))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                cal.iter().enumerate().map(|(i, (n, p, o))| format!("{}:{n}: {:.2}/{:.2}", i + 1, p, o)).collect::<Vec<_>>().join(", ")
             )
         };
         let widths = (1..=self.draft_hist.len())

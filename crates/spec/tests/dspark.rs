@@ -87,7 +87,12 @@ fn drafts_are_accepted_sometimes() {
         let prompt: Vec<u32> = (0..8).map(|i| (seed as u32 * 7 + i * 5) % 60 + 4).collect();
         let dm = drafter_model(&m, seed, 4, None, seed % 2 == 0);
         let drafter = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: 4, confidence: None }).unwrap();
-        let cfg = SpecConfig { max_draft: 4, scheduler: SchedulerConfig { adaptive: false, ..Default::default() }, opportunistic: false, log: false };
+        let cfg = SpecConfig {
+            max_draft: 4,
+            scheduler: SchedulerConfig { adaptive: false, ..Default::default() },
+            opportunistic: false,
+            log: false,
+        };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
         let want = common::plain(&m, &pool, &prompt, 60);
         assert_eq!(common::speculative(&m, &pool, &prompt, 60, &mut sp), want);

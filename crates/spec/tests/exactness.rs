@@ -32,9 +32,7 @@ fn spec_greedy(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut 
     let mut emitted = vec![];
     while res.len() < n {
         emitted.clear();
-        let fed = sp
-            .cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted)
-            .unwrap();
+        let fed = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted).unwrap();
         res.extend_from_slice(&emitted);
         assert_eq!(cache.len(), history.len(), "cache holds exactly the committed history");
         if !fed {
@@ -63,7 +61,15 @@ impl Drafter for Oracle {
     fn sync(&mut self, _h: &[u32]) -> Result<(), SpecError> {
         Ok(())
     }
-    fn propose(&mut self, history: &[u32], _next: u32, max: usize, _p: &SamplerParams, _r: &mut Rng, out: &mut Draft) -> Result<(), SpecError> {
+    fn propose(
+        &mut self,
+        history: &[u32],
+        _next: u32,
+        max: usize,
+        _p: &SamplerParams,
+        _r: &mut Rng,
+        out: &mut Draft,
+    ) -> Result<(), SpecError> {
         out.clear();
         let start = history.len() + 1 - self.prompt_len;
         for i in 0..max {
@@ -132,15 +138,10 @@ fn target_as_its_own_draft_model_accepts_everything() {
 fn bad_options_are_errors() {
     let m = model(3, GgmlType::Q8_0, 1);
     let other = Arc::new(
-        Model::from_gguf(Arc::new(
-            Gguf::from_bytes(synthetic_llama(&SyntheticSpec { vocab: 400, ..Default::default() })).unwrap(),
-        ))
-        .unwrap(),
+        Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&SyntheticSpec { vocab: 400, ..Default::default() })).unwrap()))
+            .unwrap(),
     );
-    assert!(matches!(
-        DraftModel::new(other, Arc::new(ThreadPool::new(1)), m.cfg.vocab, 64, 4),
-        Err(SpecError::VocabMismatch(_))
-    ));
+    assert!(matches!(DraftModel::new(other, Arc::new(ThreadPool::new(1)), m.cfg.vocab, 64, 4), Err(SpecError::VocabMismatch(_))));
     assert!(Speculator::new(Box::new(NgramDrafter::new(1, 2, 4).unwrap()), cfg(0, true)).is_err());
     assert!(Speculator::new(Box::new(NgramDrafter::new(1, 2, 4).unwrap()), cfg(1000, true)).is_err());
 }

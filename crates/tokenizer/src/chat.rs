@@ -15,10 +15,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
+        Self { role: role.into(), content: content.into() }
     }
 }
 
@@ -47,14 +44,9 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_fuel(Some(FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
-        });
-        env.add_function("strftime_now", |fmt: String| -> Result<Value, Error> {
-            strftime_now(&fmt).map(Value::from)
-        });
-        env.add_template_owned("chat", source.to_owned())
-            .map_err(template_error)?;
+        env.add_function("raise_exception", |msg: String| -> Result<Value, Error> { Err(Error::new(ErrorKind::InvalidOperation, msg)) });
+        env.add_function("strftime_now", |fmt: String| -> Result<Value, Error> { strftime_now(&fmt).map(Value::from) });
+        env.add_template_owned("chat", source.to_owned()).map_err(template_error)?;
         Ok(Self { env })
     }
 
@@ -66,13 +58,7 @@ impl ChatTemplate {
 
     /// Renders `messages`. `bos` and `eos` are exposed as `bos_token` and
     /// `eos_token`, which many templates emit themselves.
-    pub fn render(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-        bos: &str,
-        eos: &str,
-    ) -> Result<String, TokenizerError> {
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool, bos: &str, eos: &str) -> Result<String, TokenizerError> {
         let tmpl = self.env.get_template("chat").map_err(template_error)?;
         tmpl.render(context! {
             messages => Value::from_serialize(messages),
@@ -92,37 +78,14 @@ fn template_error(e: Error) -> TokenizerError {
 /// `strftime_now(fmt)` as HF defines it (Llama 3 templates print today's date),
 /// supporting the common conversions in UTC.
 fn strftime_now(fmt: &str) -> Result<String, Error> {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     strftime(fmt, secs)
 }
 
 fn strftime(fmt: &str, unix_secs: i64) -> Result<String, Error> {
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
-    const DAYS: [&str; 7] = [
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-    ];
+    const MONTHS: [&str; 12] =
+        ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    const DAYS: [&str; 7] = ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"];
     let days = unix_secs.div_euclid(86_400);
     let tod = unix_secs.rem_euclid(86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -165,10 +128,7 @@ fn strftime(fmt: &str, unix_secs: i64) -> Result<String, Error> {
             other => {
                 return Err(Error::new(
                     ErrorKind::InvalidOperation,
-                    format!(
-                        "strftime_now: unsupported conversion %{}",
-                        other.map(String::from).unwrap_or_default()
-                    ),
+                    format!("strftime_now: unsupported conversion %{}", other.map(String::from).unwrap_or_default()),
                 ))
             }
         }
@@ -181,18 +141,13 @@ mod tests {
     use super::*;
 
     fn msgs(pairs: &[(&str, &str)]) -> Vec<ChatMessage> {
-        pairs
-            .iter()
-            .map(|(r, c)| ChatMessage::new(*r, *c))
-            .collect()
+        pairs.iter().map(|(r, c)| ChatMessage::new(*r, *c)).collect()
     }
 
     #[test]
     fn chatml_renders() {
         let t = ChatTemplate::chatml();
-        let out = t
-            .render(&msgs(&[("system", "S"), ("user", "Hi")]), true, "", "")
-            .unwrap();
+        let out = t.render(&msgs(&[("system", "S"), ("user", "Hi")]), true, "", "").unwrap();
         assert_eq!(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
         let out = t.render(&msgs(&[("user", "Hi")]), false, "", "").unwrap();
         assert_eq!(out, "<|im_start|>user\nHi<|im_end|>\n");
@@ -202,54 +157,37 @@ mod tests {
     fn python_methods_and_tokens() {
         let src = "{{ bos_token }}{% for m in messages %}{{ m['content'].strip().upper() }}{% if m.role.startswith('u') %}!{% endif %}{% endfor %}{{ eos_token }}";
         let t = ChatTemplate::new(src).unwrap();
-        assert_eq!(
-            t.render(&msgs(&[("user", "  hi ")]), false, "<s>", "</s>")
-                .unwrap(),
-            "<s>HI!</s>"
-        );
+        assert_eq!(t.render(&msgs(&[("user", "  hi ")]), false, "<s>", "</s>").unwrap(), "<s>HI!</s>");
     }
 
     #[test]
     fn trim_and_lstrip_blocks() {
         let src = "{% for m in messages %}\n    {% if true %}\n{{ m.content }}\n    {% endif %}\n{% endfor %}";
         let t = ChatTemplate::new(src).unwrap();
-        assert_eq!(
-            t.render(&msgs(&[("user", "a"), ("user", "b")]), false, "", "")
-                .unwrap(),
-            "a\nb\n"
-        );
+        assert_eq!(t.render(&msgs(&[("user", "a"), ("user", "b")]), false, "", "").unwrap(), "a\nb\n");
     }
 
     #[test]
     fn raise_exception_is_an_error() {
         let t = ChatTemplate::new("{{ raise_exception('roles must alternate') }}").unwrap();
         let e = t.render(&[], false, "", "").unwrap_err();
-        assert!(
-            matches!(&e, TokenizerError::Template(m) if m.contains("roles must alternate")),
-            "{e}"
-        );
+        assert!(matches!(&e, TokenizerError::Template(m) if m.contains("roles must alternate")), "{e}");
     }
 
     #[test]
     fn syntax_error_is_typed() {
-        assert!(matches!(
-            ChatTemplate::new("{% for %}"),
-            Err(TokenizerError::Template(_))
-        ));
+        assert!(matches!(ChatTemplate::new("{% for %}"), Err(TokenizerError::Template(_))));
     }
 
     #[test]
     fn fuel_stops_runaway_templates() {
-        let src = "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}";
+        let src =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}";
         let t = ChatTemplate::new(src).unwrap();
         let start = std::time::Instant::now();
         let e = t.render(&[], false, "", "").unwrap_err();
         assert!(matches!(e, TokenizerError::Template(_)));
-        assert!(
-            start.elapsed().as_secs() < 20,
-            "fuel limit took {:?}",
-            start.elapsed()
-        );
+        assert!(start.elapsed().as_secs() < 20, "fuel limit took {:?}", start.elapsed());
     }
 
     #[test]
@@ -257,10 +195,7 @@ mod tests {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;
         assert_eq!(strftime("%d %b %Y", t).unwrap(), "29 Feb 2024");
-        assert_eq!(
-            strftime("%A %B %-d, %H:%M:%S %%", t).unwrap(),
-            "Thursday February 29, 13:05:09 %"
-        );
+        assert_eq!(strftime("%A %B %-d, %H:%M:%S %%", t).unwrap(), "Thursday February 29, 13:05:09 %");
         assert!(strftime("%Q", t).is_err());
         assert_eq!(strftime("%Y-%m-%d", 0).unwrap(), "1970-01-01");
     }

@@ -24,11 +24,7 @@ pub enum TokenizerError {
     MissingKey(String),
     /// A GGUF metadata key holds a value of the wrong type.
     #[error("GGUF metadata key `{key}` has the wrong type: expected {expected}, found {found}")]
-    WrongType {
-        key: String,
-        expected: &'static str,
-        found: &'static str,
-    },
+    WrongType { key: String, expected: &'static str, found: &'static str },
     /// The metadata is present and typed right but inconsistent (e.g. an empty vocabulary).
     #[error("invalid tokenizer metadata: {0}")]
     Invalid(String),

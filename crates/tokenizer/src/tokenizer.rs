@@ -107,18 +107,11 @@ const _: () = {
 
 fn string_array<'a>(g: &'a Gguf, key: &str) -> Result<Option<Vec<&'a str>>, TokenizerError> {
     let Some(v) = g.get(key) else { return Ok(None) };
-    let arr = v.as_array().ok_or_else(|| TokenizerError::WrongType {
-        key: key.into(),
-        expected: "array of strings",
-        found: v.type_name(),
-    })?;
+    let arr =
+        v.as_array().ok_or_else(|| TokenizerError::WrongType { key: key.into(), expected: "array of strings", found: v.type_name() })?;
     arr.iter()
         .map(|e| {
-            e.as_str().ok_or_else(|| TokenizerError::WrongType {
-                key: key.into(),
-                expected: "array of strings",
-                found: e.type_name(),
-            })
+            e.as_str().ok_or_else(|| TokenizerError::WrongType { key: key.into(), expected: "array of strings", found: e.type_name() })
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
@@ -127,42 +120,29 @@ fn string_array<'a>(g: &'a Gguf, key: &str) -> Result<Option<Vec<&'a str>>, Toke
 fn opt_str<'a>(g: &'a Gguf, key: &str) -> Result<Option<&'a str>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
-        Some(v) => v
-            .as_str()
-            .map(Some)
-            .ok_or_else(|| TokenizerError::WrongType {
-                key: key.into(),
-                expected: "string",
-                found: v.type_name(),
-            }),
+        Some(v) => {
+            v.as_str().map(Some).ok_or_else(|| TokenizerError::WrongType { key: key.into(), expected: "string", found: v.type_name() })
+        }
     }
 }
 
 fn opt_u64(g: &Gguf, key: &str) -> Result<Option<u64>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| TokenizerError::WrongType {
-                key: key.into(),
-                expected: "unsigned integer",
-                found: v.type_name(),
-            }),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| TokenizerError::WrongType {
+            key: key.into(),
+            expected: "unsigned integer",
+            found: v.type_name(),
+        }),
     }
 }
 
 fn opt_bool(g: &Gguf, key: &str) -> Result<Option<bool>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
-        Some(v) => v
-            .as_bool()
-            .map(Some)
-            .ok_or_else(|| TokenizerError::WrongType {
-                key: key.into(),
-                expected: "bool",
-                found: v.type_name(),
-            }),
+        Some(v) => {
+            v.as_bool().map(Some).ok_or_else(|| TokenizerError::WrongType { key: key.into(), expected: "bool", found: v.type_name() })
+        }
     }
 }
 
@@ -231,74 +211,26 @@ const DETECT: &[(&str, &[&str])] = &[
     ("tokenizer.ggml.eom_token_id", &["<|eom_id|>"]),
     (
         "tokenizer.ggml.fim_pre_token_id",
-        &[
-            "<|fim_prefix|>",
-            "<fim-prefix>",
-            "<fim_prefix>",
-            "<｜fim▁begin｜>",
-            "<PRE>",
-            "▁<PRE>",
-            "<|code_prefix|>",
-            "<|prefix|>",
-        ],
+        &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
     ),
     (
         "tokenizer.ggml.fim_suf_token_id",
-        &[
-            "<|fim_suffix|>",
-            "<fim-suffix>",
-            "<fim_suffix>",
-            "<｜fim▁hole｜>",
-            "<SUF>",
-            "▁<SUF>",
-            "<|code_suffix|>",
-            "<|suffix|>",
-        ],
+        &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
     ),
     (
         "tokenizer.ggml.fim_mid_token_id",
-        &[
-            "<|fim_middle|>",
-            "<fim-middle>",
-            "<fim_middle>",
-            "<｜fim▁end｜>",
-            "<MID>",
-            "▁<MID>",
-            "<|code_middle|>",
-            "<|middle|>",
-        ],
+        &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
     ),
-    (
-        "tokenizer.ggml.fim_pad_token_id",
-        &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
-    ),
-    (
-        "tokenizer.ggml.fim_rep_token_id",
-        &[
-            "<|fim_repo|>",
-            "<|repo_name|>",
-            "<fim-repo>",
-            "<REPO>",
-            "<reponame>",
-        ],
-    ),
+    ("tokenizer.ggml.fim_pad_token_id", &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"]),
+    ("tokenizer.ggml.fim_rep_token_id", &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"]),
     ("tokenizer.ggml.fim_sep_token_id", &["<|file_sep|>"]),
 ];
 
 /// Deprecated spellings of the FIM keys that llama.cpp still reads.
 const DEPRECATED_FIM: &[(&str, &str)] = &[
-    (
-        "tokenizer.ggml.prefix_token_id",
-        "tokenizer.ggml.fim_pre_token_id",
-    ),
-    (
-        "tokenizer.ggml.suffix_token_id",
-        "tokenizer.ggml.fim_suf_token_id",
-    ),
-    (
-        "tokenizer.ggml.middle_token_id",
-        "tokenizer.ggml.fim_mid_token_id",
-    ),
+    ("tokenizer.ggml.prefix_token_id", "tokenizer.ggml.fim_pre_token_id"),
+    ("tokenizer.ggml.suffix_token_id", "tokenizer.ggml.fim_suf_token_id"),
+    ("tokenizer.ggml.middle_token_id", "tokenizer.ggml.fim_mid_token_id"),
 ];
 
 /// One BPE symbol: a byte range of the word, the interned id of its text, and
@@ -333,40 +265,27 @@ impl Tokenizer {
     /// Builds the tokenizer from `tokenizer.*` metadata, deriving token
     /// attributes, special ids and end-of-generation tokens the way llama.cpp does.
     pub fn from_gguf(g: &Gguf) -> Result<Self, TokenizerError> {
-        let model = opt_str(g, "tokenizer.ggml.model")?
-            .ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.model".into()))?;
+        let model = opt_str(g, "tokenizer.ggml.model")?.ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.model".into()))?;
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel(model.into()));
         }
         // llama.cpp falls back to a "default" pre-tokenizer we do not implement.
         let pre_name = opt_str(g, "tokenizer.ggml.pre")?.unwrap_or("default");
-        let pre = PreTokenizer::from_name(pre_name)
-            .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_name.into()))?;
+        let pre = PreTokenizer::from_name(pre_name).ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_name.into()))?;
 
-        let raw_tokens = string_array(g, "tokenizer.ggml.tokens")?
-            .ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.tokens".into()))?;
+        let raw_tokens =
+            string_array(g, "tokenizer.ggml.tokens")?.ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.tokens".into()))?;
         let n = raw_tokens.len();
         if n == 0 || n >= NO_ID as usize / 2 {
-            return Err(TokenizerError::Invalid(format!(
-                "vocabulary has {n} tokens"
-            )));
+            return Err(TokenizerError::Invalid(format!("vocabulary has {n} tokens")));
         }
-        let merges_raw = string_array(g, "tokenizer.ggml.merges")?
-            .ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.merges".into()))?;
+        let merges_raw =
+            string_array(g, "tokenizer.ggml.merges")?.ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.merges".into()))?;
         let vocab_hash = fnv1a_vocab(raw_tokens.iter().copied());
 
         // An empty token text would match everywhere when splitting out specials.
-        let tokens: Vec<String> = raw_tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if t.is_empty() {
-                    format!("[EMPTY_{i}]")
-                } else {
-                    (*t).to_owned()
-                }
-            })
-            .collect();
+        let tokens: Vec<String> =
+            raw_tokens.iter().enumerate().map(|(i, t)| if t.is_empty() { format!("[EMPTY_{i}]") } else { (*t).to_owned() }).collect();
 
         let mut attrs = vec![ATTR_NORMAL; n];
         if let Some(v) = g.get("tokenizer.ggml.token_type") {
@@ -377,10 +296,7 @@ impl Tokenizer {
             };
             let arr = v.as_array().ok_or_else(bad)?;
             if arr.len() < n {
-                return Err(TokenizerError::Invalid(format!(
-                    "tokenizer.ggml.token_type has {} entries for {n} tokens",
-                    arr.len()
-                )));
+                return Err(TokenizerError::Invalid(format!("tokenizer.ggml.token_type has {} entries for {n} tokens", arr.len())));
             }
             for (a, t) in attrs.iter_mut().zip(arr) {
                 *a = match t.as_i64().ok_or_else(bad)? {
@@ -413,13 +329,7 @@ impl Tokenizer {
         let mut joined = String::new();
         for (rank, m) in merges_raw.iter().enumerate() {
             // Split at the first space after the first byte, like llama.cpp.
-            let Some(sp) = m
-                .as_bytes()
-                .iter()
-                .skip(1)
-                .position(|&b| b == b' ')
-                .map(|p| p + 1)
-            else {
+            let Some(sp) = m.as_bytes().iter().skip(1).position(|&b| b == b' ').map(|p| p + 1) else {
                 continue;
             };
             let (a, b) = (&m[..sp], &m[sp + 1..]);
@@ -430,10 +340,7 @@ impl Tokenizer {
             joined.push_str(b);
             let merged = intern(&joined, &mut extra);
             // The first occurrence of a pair keeps its rank.
-            merges.entry(pair_key(ia, ib)).or_insert(Merge {
-                rank: rank as u32,
-                merged,
-            });
+            merges.entry(pair_key(ia, ib)).or_insert(Merge { rank: rank as u32, merged });
         }
 
         let byte_chars = byte_to_char_table();
@@ -441,11 +348,7 @@ impl Tokenizer {
         let mut buf = [0u8; 4];
         for (b, sym) in byte_sym.iter_mut().enumerate() {
             let s: &str = byte_chars[b].encode_utf8(&mut buf);
-            *sym = text_to_id
-                .get(s)
-                .or_else(|| extra.get(s))
-                .copied()
-                .unwrap_or(NO_ID);
+            *sym = text_to_id.get(s).or_else(|| extra.get(s)).copied().unwrap_or(NO_ID);
         }
         let mut ascii_tok = [NO_ID; 128];
         for (b, t) in ascii_tok.iter_mut().enumerate() {
@@ -489,11 +392,7 @@ impl Tokenizer {
             if special_ids.contains_key(key) {
                 continue;
             }
-            if let Some(id) = texts
-                .iter()
-                .filter_map(|t| text_to_id.get(*t).copied())
-                .min()
-            {
+            if let Some(id) = texts.iter().filter_map(|t| text_to_id.get(*t).copied()).min() {
                 special_ids.insert(key, id);
                 attrs[id as usize] |= ATTR_CONTROL;
             }
@@ -501,11 +400,7 @@ impl Tokenizer {
 
         // --- end-of-generation set ---
         let mut eog: Vec<u32> = Vec::new();
-        for key in [
-            "tokenizer.ggml.fim_pad_token_id",
-            "tokenizer.ggml.fim_rep_token_id",
-            "tokenizer.ggml.fim_sep_token_id",
-        ] {
+        for key in ["tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"] {
             eog.extend(special_ids.get(key));
         }
         // Looked up through `text_to_id` as llama.cpp does, so with duplicate
@@ -520,11 +415,7 @@ impl Tokenizer {
                 attrs[i as usize] = ATTR_USER_DEFINED;
             }
         }
-        for key in [
-            "tokenizer.ggml.eos_token_id",
-            "tokenizer.ggml.eot_token_id",
-            "tokenizer.ggml.eom_token_id",
-        ] {
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
             eog.extend(special_ids.get(key));
         }
         eog.sort_unstable();
@@ -549,9 +440,8 @@ impl Tokenizer {
         }
 
         // --- tokens split out before BPE, longest first ---
-        let mut special: Vec<u32> = (0..n as u32)
-            .filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
-            .collect();
+        let mut special: Vec<u32> =
+            (0..n as u32).filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0).collect();
         special.sort_by_key(|&i| Reverse(tokens[i as usize].len()));
 
         // --- pieces ---
@@ -560,10 +450,7 @@ impl Tokenizer {
         piece_off.push(0u32);
         for (t, &a) in tokens.iter().zip(&attrs) {
             render_piece(t, a, &mut pieces);
-            piece_off.push(
-                u32::try_from(pieces.len())
-                    .map_err(|_| TokenizerError::Invalid("vocabulary text too large".into()))?,
-            );
+            piece_off.push(u32::try_from(pieces.len()).map_err(|_| TokenizerError::Invalid("vocabulary text too large".into()))?);
         }
 
         let add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(false);
@@ -663,11 +550,7 @@ impl Tokenizer {
                 len: 1,
                 id: self.byte_sym[b as usize],
                 prev: if i == 0 { NO_ID } else { i as u32 - 1 },
-                next: if i + 1 == word.len() {
-                    NO_ID
-                } else {
-                    i as u32 + 1
-                },
+                next: if i + 1 == word.len() { NO_ID } else { i as u32 + 1 },
             });
         }
         let heap = &mut sc.heap;
@@ -839,10 +722,7 @@ fn render_piece(text: &str, attr: u16, out: &mut Vec<u8>) {
         }
     } else if attr & ATTR_BYTE != 0 {
         // `<0xAB>`; llama.cpp's strtol yields 0 on garbage.
-        let b = text
-            .get(3..5)
-            .and_then(|h| u8::from_str_radix(h, 16).ok())
-            .unwrap_or(0);
+        let b = text.get(3..5).and_then(|h| u8::from_str_radix(h, 16).ok()).unwrap_or(0);
         out.push(b);
     }
 }
@@ -853,10 +733,7 @@ mod tests {
     use tandem_gguf::{GgufWriter, Value, ValueType};
 
     fn strs(v: &[&str]) -> Value {
-        Value::Array(
-            ValueType::String,
-            v.iter().map(|s| Value::String((*s).into())).collect(),
-        )
+        Value::Array(ValueType::String, v.iter().map(|s| Value::String((*s).into())).collect())
     }
 
     /// A tiny byte-level vocabulary: 0-2 special, then single characters and merges.
@@ -888,15 +765,9 @@ mod tests {
         w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
             .set("tokenizer.ggml.pre", Value::String("smollm".into()))
             .set("tokenizer.ggml.tokens", strs(&tokens))
-            .set(
-                "tokenizer.ggml.token_type",
-                Value::Array(ValueType::I32, types.into_iter().map(Value::I32).collect()),
-            )
+            .set("tokenizer.ggml.token_type", Value::Array(ValueType::I32, types.into_iter().map(Value::I32).collect()))
             // "b c" makes "bc", which is not a token: llama.cpp then falls back to bytes.
-            .set(
-                "tokenizer.ggml.merges",
-                strs(&["a b", "Ġ a", "ab c", "b c", "malformed"]),
-            )
+            .set("tokenizer.ggml.merges", strs(&["a b", "Ġ a", "ab c", "b c", "malformed"]))
             .set("tokenizer.ggml.eos_token_id", Value::U32(0))
             .set("tokenizer.ggml.bos_token_id", Value::U32(1));
         edit(&mut w);
@@ -963,9 +834,7 @@ mod tests {
         w.set("tokenizer.ggml.model", Value::String("gpt2".into()));
         w.set("tokenizer.ggml.pre", Value::String("smollm".into()));
         let g = Gguf::from_bytes(w.to_bytes().unwrap()).unwrap();
-        assert!(
-            matches!(Tokenizer::from_gguf(&g), Err(TokenizerError::MissingKey(k)) if k == "tokenizer.ggml.tokens")
-        );
+        assert!(matches!(Tokenizer::from_gguf(&g), Err(TokenizerError::MissingKey(k)) if k == "tokenizer.ggml.tokens"));
     }
 
     #[test]

@@ -32,11 +32,7 @@ pub(crate) fn class(c: char) -> u8 {
         return SPACE;
     }
     match get_general_category(c) {
-        G::UppercaseLetter
-        | G::LowercaseLetter
-        | G::TitlecaseLetter
-        | G::ModifierLetter
-        | G::OtherLetter => LETTER,
+        G::UppercaseLetter | G::LowercaseLetter | G::TitlecaseLetter | G::ModifierLetter | G::OtherLetter => LETTER,
         G::DecimalNumber | G::LetterNumber | G::OtherNumber => NUMBER,
         G::Unassigned if CJK_EXT_I.contains(&(c as u32)) => LETTER,
         _ => 0,

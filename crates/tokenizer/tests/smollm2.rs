@@ -46,20 +46,11 @@ fn read_jsonl(path: &PathBuf) -> Option<Vec<Json>> {
         eprintln!("SKIP: {} not found", path.display());
         return None;
     };
-    Some(
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).expect("json line"))
-            .collect(),
-    )
+    Some(text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("json line")).collect())
 }
 
 fn ids(v: &Json) -> Vec<u32> {
-    v.as_array()
-        .expect("id array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
+    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
 #[test]
@@ -72,18 +63,12 @@ fn metadata() {
     assert_eq!(tok.token_id("<|im_start|>"), Some(1));
     assert_eq!(tok.token_str(198), "Ċ");
     assert_eq!(tok.token_bytes(198), b"\n");
-    assert_eq!(
-        tok.token_bytes(1),
-        b"",
-        "control tokens have no plain piece"
-    );
+    assert_eq!(tok.token_bytes(1), b"", "control tokens have no plain piece");
     assert_eq!(tok.token_bytes(u32::MAX), b"");
     assert!(tok.chat_template().unwrap().contains("<|im_start|>"));
     // llama.cpp's EOG set for this vocab: <|endoftext|>, <|im_end|> (= EOS) and
     // <reponame>, which it takes for the FIM repo-name token.
-    let eog: Vec<u32> = (0..tok.vocab_size() as u32)
-        .filter(|&i| tok.is_eog(i))
-        .collect();
+    let eog: Vec<u32> = (0..tok.vocab_size() as u32).filter(|&i| tok.is_eog(i)).collect();
     assert_eq!(eog, [0, 2, 4]);
     assert_eq!(tok.vocab_hash(), tok.vocab_hash());
 }
@@ -117,11 +102,7 @@ fn reference_vectors() {
         };
         let detok = v["detok_of_parse_special"].as_str().unwrap();
         assert_eq!(tok.encode(text, true), want_p, "parse_special: {text:?}");
-        assert_eq!(
-            tok.encode(&no_parse_special_text(text), false),
-            want_n,
-            "no parse_special: {text:?}"
-        );
+        assert_eq!(tok.encode(&no_parse_special_text(text), false), want_n, "no parse_special: {text:?}");
         // The recorded detokenization renders control tokens (special = true).
         assert_eq!(tok.decode_special(&want_p), detok, "detok: {text:?}");
         // Plain decode drops control tokens, and otherwise round-trips.
@@ -168,22 +149,15 @@ fn chat_template_prompts() {
     let Some(prompts) = read_jsonl(&data("prompts-dev.jsonl")) else {
         return;
     };
-    let users: HashMap<&str, &str> = prompts
-        .iter()
-        .map(|p| (p["id"].as_str().unwrap(), p["user"].as_str().unwrap()))
-        .collect();
+    let users: HashMap<&str, &str> = prompts.iter().map(|p| (p["id"].as_str().unwrap(), p["user"].as_str().unwrap())).collect();
     let tmpl = ChatTemplate::new(tok.chat_template().unwrap()).unwrap();
     let bos = tok.token_str(tok.bos_id().unwrap());
     let eos = tok.token_str(tok.eos_id().unwrap());
     let mut n = 0;
     for g in greedy.iter().filter(|g| g.get("prompt_text").is_some()) {
         let id = g["id"].as_str().unwrap();
-        let user = users
-            .get(id)
-            .unwrap_or_else(|| panic!("no prompt for {id}"));
-        let text = tmpl
-            .render(&[ChatMessage::new("user", *user)], true, bos, eos)
-            .unwrap();
+        let user = users.get(id).unwrap_or_else(|| panic!("no prompt for {id}"));
+        let text = tmpl.render(&[ChatMessage::new("user", *user)], true, bos, eos).unwrap();
         assert_eq!(text, g["prompt_text"].as_str().unwrap(), "{id}");
         assert_eq!(tok.encode(&text, true), ids(&g["prompt_ids"]), "{id}");
         n += 1;
@@ -207,10 +181,7 @@ fn stream_decoder_never_splits_characters() {
         let mut split_somewhere = false;
         for &id in &ids {
             let piece = dec.push(tok, id);
-            assert!(
-                !piece.contains('\u{FFFD}'),
-                "partial character emitted for {text:?}"
-            );
+            assert!(!piece.contains('\u{FFFD}'), "partial character emitted for {text:?}");
             if std::str::from_utf8(tok.token_bytes(id)).is_err() {
                 split_somewhere = true;
             }
@@ -220,20 +191,14 @@ fn stream_decoder_never_splits_characters() {
         assert_eq!(all, tok.decode(&ids));
         assert_eq!(all, text);
         if text != "plain ascii" {
-            assert!(
-                split_somewhere,
-                "test text should exercise split characters: {text:?}"
-            );
+            assert!(split_somewhere, "test text should exercise split characters: {text:?}");
         }
     }
     // A dangling partial character comes out once, at flush, as U+FFFD — like decode.
     let ids = tok.encode("😀", false);
     assert!(ids.len() > 1);
     let mut dec = StreamDecoder::new();
-    let head: String = ids[..ids.len() - 1]
-        .iter()
-        .map(|&i| dec.push(tok, i))
-        .collect();
+    let head: String = ids[..ids.len() - 1].iter().map(|&i| dec.push(tok, i)).collect();
     assert_eq!(head, "");
     assert_eq!(dec.flush(), tok.decode(&ids[..ids.len() - 1]));
 }
@@ -256,11 +221,7 @@ fn encode_is_fast() {
     let t0 = Instant::now();
     let ids = tok.encode(&text, true);
     let dt = t0.elapsed();
-    eprintln!(
-        "encoded {} bytes -> {} tokens in {dt:?}",
-        text.len(),
-        ids.len()
-    );
+    eprintln!("encoded {} bytes -> {} tokens in {dt:?}", text.len(), ids.len());
     assert_eq!(tok.decode_special(&ids), text);
     assert!(dt.as_millis() < 500, "encoding took {dt:?}");
 }

@@ -55,69 +55,284 @@ pub fn split_ids(n: usize, seed: u64, holdout: f32) -> (Vec<usize>, Vec<usize>, 
 /// code, lists, rewriting, summaries and arithmetic instead of mostly
 /// "I'm planning…". Written here, in no relation to any benchmark prompt.
 pub const REQUEST_OPENERS: &[&str] = &[
-    "What", "What is", "What are", "What does", "Why", "Why do", "How", "How do I", "How does", "How can I",
-    "Explain", "Describe", "Tell me", "Who", "When", "Where", "Which", "Is it", "Should I", "Can you",
-    "Write", "Write a", "Compose", "Draft", "Create", "Design", "Generate", "Give me", "Suggest", "Recommend",
-    "List", "Name", "Outline", "Brainstorm", "Summarize", "Rewrite", "Paraphrase", "Translate", "Correct",
-    "Convert", "Compare", "Define", "Classify", "Calculate", "Solve", "Estimate", "Find", "Fix", "Implement",
-    "Please", "I need", "Help me",
+    "What",
+    "What is",
+    "What are",
+    "What does",
+    "Why",
+    "Why do",
+    "How",
+    "How do I",
+    "How does",
+    "How can I",
+    "Explain",
+    "Describe",
+    "Tell me",
+    "Who",
+    "When",
+    "Where",
+    "Which",
+    "Is it",
+    "Should I",
+    "Can you",
+    "Write",
+    "Write a",
+    "Compose",
+    "Draft",
+    "Create",
+    "Design",
+    "Generate",
+    "Give me",
+    "Suggest",
+    "Recommend",
+    "List",
+    "Name",
+    "Outline",
+    "Brainstorm",
+    "Summarize",
+    "Rewrite",
+    "Paraphrase",
+    "Translate",
+    "Correct",
+    "Convert",
+    "Compare",
+    "Define",
+    "Classify",
+    "Calculate",
+    "Solve",
+    "Estimate",
+    "Find",
+    "Fix",
+    "Implement",
+    "Please",
+    "I need",
+    "Help me",
 ];
 
 const TOPICS: &[&str] = &[
-    "volcanoes", "the water cycle", "photosynthesis", "the human heart", "honey bees", "the moon landing",
-    "electric cars", "the printing press", "rainforests", "earthquakes", "the immune system", "coral reefs",
-    "the Roman Empire", "ancient Egypt", "the Industrial Revolution", "solar panels", "wind turbines",
-    "recycling", "the internet", "computer viruses", "machine learning", "the stock market", "inflation",
-    "saving money", "time management", "learning a new language", "playing the guitar", "chess openings",
-    "baking bread", "making coffee", "growing tomatoes", "keeping houseplants alive", "training a puppy",
-    "caring for a cat", "running a marathon", "yoga", "sleep", "drinking enough water", "meditation",
-    "public speaking", "job interviews", "writing a resume", "remote work", "team meetings", "customer service",
-    "the French Revolution", "the Great Wall of China", "dinosaurs", "the ocean tides", "glaciers", "deserts",
-    "the northern lights", "comets", "Mars", "Jupiter", "the speed of light", "gravity", "magnets", "electricity",
-    "batteries", "the periodic table", "atoms", "DNA", "vaccines", "antibiotics", "nutrition", "vitamins",
-    "the Olympic Games", "football", "basketball", "tennis", "cycling", "swimming", "hiking", "camping safety",
-    "first aid", "fire safety", "budget travel", "packing a suitcase", "visiting Japan", "visiting Italy",
-    "city planning", "public transport", "bridges", "skyscrapers", "clean energy", "climate change",
-    "plastic pollution", "bird migration", "whales", "octopuses", "wolves", "elephants", "ants", "butterflies",
-    "poetry", "mystery novels", "classical music", "jazz", "painting with watercolors", "photography",
-    "film making", "video games", "board games", "smartphones", "password security", "backups", "spreadsheets",
-    "databases", "operating systems", "compilers", "web browsers", "email etiquette", "open source software",
-    "version control", "unit testing", "code review", "cloud computing", "3D printing", "robots", "drones",
-    "the history of writing", "libraries", "museums", "school uniforms", "homework", "online courses",
-    "friendship", "kindness", "moving to a new city", "cooking for a family", "vegetarian meals", "spices",
-    "chocolate", "cheese making", "tea", "farming", "bees and pollination", "soil", "rivers", "lighthouses",
-    "trains", "airplanes", "sailing", "submarines", "space stations", "telescopes", "calendars", "clocks",
+    "volcanoes",
+    "the water cycle",
+    "photosynthesis",
+    "the human heart",
+    "honey bees",
+    "the moon landing",
+    "electric cars",
+    "the printing press",
+    "rainforests",
+    "earthquakes",
+    "the immune system",
+    "coral reefs",
+    "the Roman Empire",
+    "ancient Egypt",
+    "the Industrial Revolution",
+    "solar panels",
+    "wind turbines",
+    "recycling",
+    "the internet",
+    "computer viruses",
+    "machine learning",
+    "the stock market",
+    "inflation",
+    "saving money",
+    "time management",
+    "learning a new language",
+    "playing the guitar",
+    "chess openings",
+    "baking bread",
+    "making coffee",
+    "growing tomatoes",
+    "keeping houseplants alive",
+    "training a puppy",
+    "caring for a cat",
+    "running a marathon",
+    "yoga",
+    "sleep",
+    "drinking enough water",
+    "meditation",
+    "public speaking",
+    "job interviews",
+    "writing a resume",
+    "remote work",
+    "team meetings",
+    "customer service",
+    "the French Revolution",
+    "the Great Wall of China",
+    "dinosaurs",
+    "the ocean tides",
+    "glaciers",
+    "deserts",
+    "the northern lights",
+    "comets",
+    "Mars",
+    "Jupiter",
+    "the speed of light",
+    "gravity",
+    "magnets",
+    "electricity",
+    "batteries",
+    "the periodic table",
+    "atoms",
+    "DNA",
+    "vaccines",
+    "antibiotics",
+    "nutrition",
+    "vitamins",
+    "the Olympic Games",
+    "football",
+    "basketball",
+    "tennis",
+    "cycling",
+    "swimming",
+    "hiking",
+    "camping safety",
+    "first aid",
+    "fire safety",
+    "budget travel",
+    "packing a suitcase",
+    "visiting Japan",
+    "visiting Italy",
+    "city planning",
+    "public transport",
+    "bridges",
+    "skyscrapers",
+    "clean energy",
+    "climate change",
+    "plastic pollution",
+    "bird migration",
+    "whales",
+    "octopuses",
+    "wolves",
+    "elephants",
+    "ants",
+    "butterflies",
+    "poetry",
+    "mystery novels",
+    "classical music",
+    "jazz",
+    "painting with watercolors",
+    "photography",
+    "film making",
+    "video games",
+    "board games",
+    "smartphones",
+    "password security",
+    "backups",
+    "spreadsheets",
+    "databases",
+    "operating systems",
+    "compilers",
+    "web browsers",
+    "email etiquette",
+    "open source software",
+    "version control",
+    "unit testing",
+    "code review",
+    "cloud computing",
+    "3D printing",
+    "robots",
+    "drones",
+    "the history of writing",
+    "libraries",
+    "museums",
+    "school uniforms",
+    "homework",
+    "online courses",
+    "friendship",
+    "kindness",
+    "moving to a new city",
+    "cooking for a family",
+    "vegetarian meals",
+    "spices",
+    "chocolate",
+    "cheese making",
+    "tea",
+    "farming",
+    "bees and pollination",
+    "soil",
+    "rivers",
+    "lighthouses",
+    "trains",
+    "airplanes",
+    "sailing",
+    "submarines",
+    "space stations",
+    "telescopes",
+    "calendars",
+    "clocks",
 ];
 
 const THINGS: &[&str] = &[
-    "a lighthouse keeper", "a lost robot", "a curious fox", "an old clock", "a brave little boat", "a dragon who is afraid of fire",
-    "a detective cat", "a forgotten library", "a snowman in summer", "a girl who can talk to trees", "a time traveler",
-    "a baker in a small town", "two rival chess players", "a garden on the roof", "a map with a missing piece",
-    "a shy astronaut", "a village without music", "a runaway kite", "a penguin who wants to fly", "a haunted bicycle",
+    "a lighthouse keeper",
+    "a lost robot",
+    "a curious fox",
+    "an old clock",
+    "a brave little boat",
+    "a dragon who is afraid of fire",
+    "a detective cat",
+    "a forgotten library",
+    "a snowman in summer",
+    "a girl who can talk to trees",
+    "a time traveler",
+    "a baker in a small town",
+    "two rival chess players",
+    "a garden on the roof",
+    "a map with a missing piece",
+    "a shy astronaut",
+    "a village without music",
+    "a runaway kite",
+    "a penguin who wants to fly",
+    "a haunted bicycle",
 ];
 
-const AUDIENCES: &[&str] = &["a five year old", "a high school student", "a busy parent", "a beginner", "an expert", "my grandmother", "a new employee"];
+const AUDIENCES: &[&str] =
+    &["a five year old", "a high school student", "a busy parent", "a beginner", "an expert", "my grandmother", "a new employee"];
 
 const LANGS: &[&str] = &["Python", "JavaScript", "Rust", "C", "Go", "Java", "TypeScript", "Ruby", "bash", "C++"];
 
 const CODE_TASKS: &[&str] = &[
-    "reverses a linked list", "counts the vowels in a string", "finds the largest number in a list",
-    "merges two sorted lists", "checks whether a number is prime", "computes the factorial of n recursively",
-    "converts Celsius to Fahrenheit", "reads a file and prints the number of words", "sorts a list of names alphabetically",
-    "removes whitespace from both ends of a string", "returns the second smallest element of an array",
-    "checks whether two strings are anagrams", "flattens a nested list", "computes the greatest common divisor of two numbers",
-    "implements binary search", "parses a date string in the format YYYY-MM-DD", "counts how often each word appears in a text",
-    "generates the first n square numbers", "validates an email address with a simple check", "computes the average of a list of floats",
-    "transposes a matrix", "rotates an array by k positions", "capitalizes the first letter of every word",
-    "finds duplicate files by size", "implements a stack with push and pop", "implements a queue using two stacks",
-    "converts a number to binary", "sums the digits of an integer", "checks whether a year is a leap year",
-    "returns the longest word in a sentence", "computes the dot product of two vectors", "clamps a value to a range",
+    "reverses a linked list",
+    "counts the vowels in a string",
+    "finds the largest number in a list",
+    "merges two sorted lists",
+    "checks whether a number is prime",
+    "computes the factorial of n recursively",
+    "converts Celsius to Fahrenheit",
+    "reads a file and prints the number of words",
+    "sorts a list of names alphabetically",
+    "removes whitespace from both ends of a string",
+    "returns the second smallest element of an array",
+    "checks whether two strings are anagrams",
+    "flattens a nested list",
+    "computes the greatest common divisor of two numbers",
+    "implements binary search",
+    "parses a date string in the format YYYY-MM-DD",
+    "counts how often each word appears in a text",
+    "generates the first n square numbers",
+    "validates an email address with a simple check",
+    "computes the average of a list of floats",
+    "transposes a matrix",
+    "rotates an array by k positions",
+    "capitalizes the first letter of every word",
+    "finds duplicate files by size",
+    "implements a stack with push and pop",
+    "implements a queue using two stacks",
+    "converts a number to binary",
+    "sums the digits of an integer",
+    "checks whether a year is a leap year",
+    "returns the longest word in a sentence",
+    "computes the dot product of two vectors",
+    "clamps a value to a range",
 ];
 
 const SQL_TASKS: &[&str] = &[
-    "lists all employees hired after 2020", "counts orders per month", "finds products that were never ordered",
-    "returns the average salary per department", "deletes duplicate rows from a table of emails",
-    "finds the three most recent blog posts", "joins customers with their latest order", "counts users per country",
+    "lists all employees hired after 2020",
+    "counts orders per month",
+    "finds products that were never ordered",
+    "returns the average salary per department",
+    "deletes duplicate rows from a table of emails",
+    "finds the three most recent blog posts",
+    "joins customers with their latest order",
+    "counts users per country",
 ];
 
 const TEXTS: &[&str] = &[
@@ -134,47 +349,81 @@ const TEXTS: &[&str] = &[
 ];
 
 const MATH: &[&str] = &[
-    "What is {a} plus {b}?", "What is {a} times {c}? Show your work.", "What is {a} minus {b}?",
-    "Divide {a0} by {c}. Show the steps.", "A box holds {c} apples. How many apples are in {d} boxes?",
+    "What is {a} plus {b}?",
+    "What is {a} times {c}? Show your work.",
+    "What is {a} minus {b}?",
+    "Divide {a0} by {c}. Show the steps.",
+    "A box holds {c} apples. How many apples are in {d} boxes?",
     "A car drives at {c}0 km per hour for {d} hours. How far does it go?",
-    "A book costs {c} dollars. How much do {d} books cost?", "What is {c} percent of {a0}?",
-    "If I have {a} marbles and give away {c}, how many are left?", "What is the square of {c}?",
+    "A book costs {c} dollars. How much do {d} books cost?",
+    "What is {c} percent of {a0}?",
+    "If I have {a} marbles and give away {c}, how many are left?",
+    "What is the square of {c}?",
     "A rectangle is {c} meters long and {d} meters wide. What is its area and its perimeter?",
     "Tom is {c} years old. His sister is {d} years older. How old will she be in five years?",
-    "Convert {a} minutes to hours and minutes.", "What is the average of {c}, {d} and {a}?",
+    "Convert {a} minutes to hours and minutes.",
+    "What is the average of {c}, {d} and {a}?",
     "A pizza is cut into {c} slices and {d} people share it equally. How many slices does each get, and how many are left?",
 ];
 
 const LISTS: &[&str] = &[
-    "List five facts about {topic}.", "Name six animals that live in {place}.", "List the months of the year.",
-    "Name ten colors.", "List five fruits that are red.", "Name the continents of the world.",
-    "Give me a list of eight common kitchen tools.", "List the numbers from {c} to {e} in words.",
-    "Name five famous scientists and what they are known for.", "List seven things to check before a long drive.",
-    "Name the days of the week in Spanish.", "List four tips about {topic}.", "Give me five words that rhyme with {word}.",
-    "List the first ten prime numbers.", "Name five instruments in an orchestra.", "List six vegetables that grow underground.",
+    "List five facts about {topic}.",
+    "Name six animals that live in {place}.",
+    "List the months of the year.",
+    "Name ten colors.",
+    "List five fruits that are red.",
+    "Name the continents of the world.",
+    "Give me a list of eight common kitchen tools.",
+    "List the numbers from {c} to {e} in words.",
+    "Name five famous scientists and what they are known for.",
+    "List seven things to check before a long drive.",
+    "Name the days of the week in Spanish.",
+    "List four tips about {topic}.",
+    "Give me five words that rhyme with {word}.",
+    "List the first ten prime numbers.",
+    "Name five instruments in an orchestra.",
+    "List six vegetables that grow underground.",
 ];
 
 const PLACES: &[&str] = &["the ocean", "the desert", "the Arctic", "the jungle", "the mountains", "a city", "a pond", "Australia"];
 const WORDS: &[&str] = &["cat", "light", "tree", "day", "sing", "moon", "rain", "book", "play", "green"];
 
 const CHAT: &[&str] = &[
-    "Tell me about {topic}.", "Explain {topic} to {aud}.", "What are the pros and cons of {topic}?",
-    "Give me three tips about {topic}.", "Why does {topic} matter?", "Write a short paragraph about {topic}.",
-    "What is a common misconception about {topic}?", "How would you describe {topic} in three sentences?",
-    "What should a beginner know about {topic}?", "Write a short story about {thing}.", "Write a poem about {topic}.",
-    "Write a haiku about {topic}.", "Describe a day in the life of {thing}.", "Write a friendly note to a neighbor about {topic}.",
-    "Write a short product description for a book about {topic}.", "Give me a fun fact about {topic}.",
-    "Compare {topic} and {topic2}.", "What questions would you ask an expert on {topic}?",
-    "Write an email to my manager asking for a day off next week.", "Suggest a name for a cafe and explain why.",
-    "Plan a simple three day trip to the coast.", "How do I say thank you politely in a formal letter?",
-    "What is the history of {topic} in a few sentences?", "Give me a weekly plan for {topic}.",
+    "Tell me about {topic}.",
+    "Explain {topic} to {aud}.",
+    "What are the pros and cons of {topic}?",
+    "Give me three tips about {topic}.",
+    "Why does {topic} matter?",
+    "Write a short paragraph about {topic}.",
+    "What is a common misconception about {topic}?",
+    "How would you describe {topic} in three sentences?",
+    "What should a beginner know about {topic}?",
+    "Write a short story about {thing}.",
+    "Write a poem about {topic}.",
+    "Write a haiku about {topic}.",
+    "Describe a day in the life of {thing}.",
+    "Write a friendly note to a neighbor about {topic}.",
+    "Write a short product description for a book about {topic}.",
+    "Give me a fun fact about {topic}.",
+    "Compare {topic} and {topic2}.",
+    "What questions would you ask an expert on {topic}?",
+    "Write an email to my manager asking for a day off next week.",
+    "Suggest a name for a cafe and explain why.",
+    "Plan a simple three day trip to the coast.",
+    "How do I say thank you politely in a formal letter?",
+    "What is the history of {topic} in a few sentences?",
+    "Give me a weekly plan for {topic}.",
 ];
 
 const REWRITE: &[&str] = &[
-    "Summarize this text in one sentence: {text}", "Summarize the main points of this paragraph: {text}",
-    "Rewrite this text in a more formal tone: {text}", "Fix the spelling and grammar: {text}",
-    "Turn this text into three bullet points: {text}", "Write a title for this text: {text}",
-    "Extract all the places and people mentioned in this text: {text}", "Translate this text into simple English for a child: {text}",
+    "Summarize this text in one sentence: {text}",
+    "Summarize the main points of this paragraph: {text}",
+    "Rewrite this text in a more formal tone: {text}",
+    "Fix the spelling and grammar: {text}",
+    "Turn this text into three bullet points: {text}",
+    "Write a title for this text: {text}",
+    "Extract all the places and people mentioned in this text: {text}",
+    "Translate this text into simple English for a child: {text}",
 ];
 
 /// Tasks on a piece of code found on the machine (`{code}`; `{lang}` is
@@ -221,7 +470,10 @@ pub fn text_prompts(dir: &std::path::Path, n: usize, seed: u64) -> std::io::Resu
         extract_docstrings(&src, &mut prose);
     }
     if code.is_empty() || prose.is_empty() {
-        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no Python functions or docstrings under {}", dir.display())));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no Python functions or docstrings under {}", dir.display()),
+        ));
     }
     let mut r = SplitMix::new(seed ^ 0x7465_7874_5F64_6972);
     let mut out = Vec::with_capacity(n);
@@ -253,7 +505,9 @@ fn collect_py(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::
         let name = e.file_name().to_string_lossy().to_string();
         let ft = e.file_type()?;
         if ft.is_dir() {
-            if !matches!(name.as_str(), "site-packages" | "dist-packages" | "__pycache__" | "test" | "tests" | "idle_test") && !name.starts_with('.') {
+            if !matches!(name.as_str(), "site-packages" | "dist-packages" | "__pycache__" | "test" | "tests" | "idle_test")
+                && !name.starts_with('.')
+            {
                 collect_py(&path, out)?;
             }
         } else if ft.is_file() && name.ends_with(".py") {
@@ -320,6 +574,8 @@ fn fill(t: &str, r: &mut SplitMix) -> String {
     if topic2 == topic {
         topic2 = TOPICS[(TOPICS.iter().position(|x| *x == topic).unwrap() + 1) % TOPICS.len()];
     }
+    // drawn in this order, so that a seed gives the corpus it always gave
+    let (thing, aud, place, word, text) = (*r.pick(THINGS), *r.pick(AUDIENCES), *r.pick(PLACES), *r.pick(WORDS), *r.pick(TEXTS));
     t.replace("{a0}", &(c * (a / c)).to_string())
         .replace("{a}", &a.to_string())
         .replace("{b}", &b.to_string())
@@ -328,11 +584,11 @@ fn fill(t: &str, r: &mut SplitMix) -> String {
         .replace("{e}", &e.to_string())
         .replace("{topic2}", topic2)
         .replace("{topic}", topic)
-        .replace("{thing}", *r.pick(THINGS))
-        .replace("{aud}", *r.pick(AUDIENCES))
-        .replace("{place}", *r.pick(PLACES))
-        .replace("{word}", *r.pick(WORDS))
-        .replace("{text}", *r.pick(TEXTS))
+        .replace("{thing}", thing)
+        .replace("{aud}", aud)
+        .replace("{place}", place)
+        .replace("{word}", word)
+        .replace("{text}", text)
 }
 
 /// `n` user prompts, mixed over chat, code, rewrite/summarize, math and lists.
@@ -344,7 +600,10 @@ pub fn prompts(n: usize, seed: u64) -> Vec<String> {
     while out.len() < n && tries < n * 50 {
         tries += 1;
         let p = match r.below(100) {
-            0..=34 => { let t = *r.pick(CHAT); fill(t, &mut r) },
+            0..=34 => {
+                let t = *r.pick(CHAT);
+                fill(t, &mut r)
+            }
             35..=54 => {
                 let lang = *r.pick(LANGS);
                 match r.below(5) {
@@ -353,9 +612,18 @@ pub fn prompts(n: usize, seed: u64) -> Vec<String> {
                     _ => format!("Write a {lang} function that {}.", r.pick(CODE_TASKS)),
                 }
             }
-            55..=69 => { let t = *r.pick(REWRITE); fill(t, &mut r) },
-            70..=84 => { let t = *r.pick(MATH); fill(t, &mut r) },
-            _ => { let t = *r.pick(LISTS); fill(t, &mut r) },
+            55..=69 => {
+                let t = *r.pick(REWRITE);
+                fill(t, &mut r)
+            }
+            70..=84 => {
+                let t = *r.pick(MATH);
+                fill(t, &mut r)
+            }
+            _ => {
+                let t = *r.pick(LISTS);
+                fill(t, &mut r)
+            }
         };
         if seen.insert(p.clone()) {
             out.push(p);

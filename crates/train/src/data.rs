@@ -89,8 +89,7 @@ impl Dataset {
         let taps = [HiddenTap::Layer(model.cfg.n_layer - 1)];
         let pb = ProgressBar::new(prompts.len() as u64);
         pb.set_style(
-            ProgressStyle::with_template("generating {bar:30} {pos}/{len} prompts, {msg} [{elapsed_precise}<{eta_precise}]")
-                .unwrap(),
+            ProgressStyle::with_template("generating {bar:30} {pos}/{len} prompts, {msg} [{elapsed_precise}<{eta_precise}]").unwrap(),
         );
         let mut rng = crate::corpus::SplitMix::new(cfg.seed ^ 0xDA7A);
         let mut done: Vec<Option<Sequence>> = vec![None; prompts.len()];
@@ -140,7 +139,11 @@ impl Dataset {
                         pb.inc(1);
                         if pb.is_hidden() && finished % 50 == 0 {
                             // no terminal (CI logs): a line now and then instead of the bar
-                            eprintln!("generating: {finished}/{} prompts, {total} tokens, {:.0} s", prompts.len(), pb.elapsed().as_secs_f64());
+                            eprintln!(
+                                "generating: {finished}/{} prompts, {total} tokens, {:.0} s",
+                                prompts.len(),
+                                pb.elapsed().as_secs_f64()
+                            );
                         }
                     }
                 }
@@ -341,16 +344,12 @@ impl Dataset {
             bail!("feature layer {l} is out of range (1..={})", model.cfg.n_layer);
         }
         let m = feature_layers.len();
-        let taps: Vec<HiddenTap> = std::iter::once(model.cfg.n_layer - 1)
-            .chain(feature_layers.iter().map(|&l| l - 1))
-            .map(HiddenTap::Layer)
-            .collect();
+        let taps: Vec<HiddenTap> =
+            std::iter::once(model.cfg.n_layer - 1).chain(feature_layers.iter().map(|&l| l - 1)).map(HiddenTap::Layer).collect();
         let mut feats = Vec::with_capacity(if m > 0 { tokens.seqs.len() } else { 0 });
         let total: usize = tokens.seqs.iter().map(|(t, _)| t.len()).sum();
         let pb = ProgressBar::new(total as u64);
-        pb.set_style(
-            ProgressStyle::with_template("rebuilding {bar:30} {pos}/{len} positions [{elapsed_precise}<{eta_precise}]").unwrap(),
-        );
+        pb.set_style(ProgressStyle::with_template("rebuilding {bar:30} {pos}/{len} positions [{elapsed_precise}<{eta_precise}]").unwrap());
         let mut out = ForwardOutput::default();
         let mut seqs = Vec::with_capacity(tokens.seqs.len());
         for (i, (toks, prompt_len)) in tokens.seqs.iter().enumerate() {

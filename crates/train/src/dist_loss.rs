@@ -109,11 +109,7 @@ impl CustomOp2 for DistTerms {
                 let (lse, mx) = softmax_row(l, &mut pd);
                 let lab = self.labels[r];
                 o[0] = if (lab as usize) < v { -(l[lab as usize] - mx - lse) } else { 0.0 };
-                o[1] = if self.soft_ce {
-                    -sum2(t, l, |ti, li| ti * (li - mx - lse))
-                } else {
-                    0.5 * sum2(&pd, t, |a, b| (a - b).abs())
-                };
+                o[1] = if self.soft_ce { -sum2(t, l, |ti, li| ti * (li - mx - lse)) } else { 0.5 * sum2(&pd, t, |a, b| (a - b).abs()) };
                 o[2] = sum2(&pd, t, f32::min);
             })
         });
@@ -194,7 +190,8 @@ mod tests {
         let pd = lsm.exp()?;
         let lab: Vec<u32> = labels.iter().map(|&l| if l == u32::MAX { 0 } else { l }).collect();
         let has: Vec<f32> = labels.iter().map(|&l| if l == u32::MAX { 0.0 } else { 1.0 }).collect();
-        let ce = (lsm.gather(&Tensor::from_vec(lab, (n, 1), logits.device())?, 1)?.squeeze(1)?.neg()? * Tensor::from_vec(has, n, logits.device())?)?;
+        let ce = (lsm.gather(&Tensor::from_vec(lab, (n, 1), logits.device())?, 1)?.squeeze(1)?.neg()?
+            * Tensor::from_vec(has, n, logits.device())?)?;
         let dist = if soft_ce { (pt * &lsm)?.sum(1)?.neg()? } else { ((&pd - pt)?.abs()?.sum(1)? * 0.5)? };
         let soft = pd.minimum(pt)?.sum(1)?;
         Ok((ce, dist, soft))
@@ -247,14 +244,20 @@ mod tests {
         let dev = Device::Cpu;
         let (n, v) = (9, 130);
         let lg: Vec<f32> = (0..n * v).map(|i| ((i * 7919) % 113) as f32 / 17.0 - 3.0).collect();
-        let pt = candle_nn::ops::softmax(&Tensor::from_vec((0..n * v).map(|i| ((i * 31) % 29) as f32 / 7.0).collect::<Vec<f32>>(), (n, v), &dev)?, D::Minus1)?;
+        let pt = candle_nn::ops::softmax(
+            &Tensor::from_vec((0..n * v).map(|i| ((i * 31) % 29) as f32 / 7.0).collect::<Vec<f32>>(), (n, v), &dev)?,
+            D::Minus1,
+        )?;
         let labels: Vec<u32> = (0..n as u32).map(|r| r * 11).collect();
         let x = Tensor::from_vec(lg, (n, v), &dev)?;
         let all = dist_terms(&x, &pt, &labels, false)?.flatten_all()?.to_vec1::<f32>()?;
         for r in 0..n {
             let one = dist_terms(&x.narrow(0, r, 1)?.contiguous()?, &pt.narrow(0, r, 1)?.contiguous()?, &labels[r..r + 1], false)?;
             let one = one.flatten_all()?.to_vec1::<f32>()?;
-            assert_eq!(one.iter().map(|f| f.to_bits()).collect::<Vec<_>>(), all[r * TERMS..(r + 1) * TERMS].iter().map(|f| f.to_bits()).collect::<Vec<_>>());
+            assert_eq!(
+                one.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+                all[r * TERMS..(r + 1) * TERMS].iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+            );
         }
         Ok(())
     }

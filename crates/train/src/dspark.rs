@@ -44,8 +44,8 @@ use tandem_gguf::{GgmlType, Value, ValueType};
 use tandem_model::dspark::{DSparkBlockWeights, BLOCK_TENSORS};
 use tandem_model::{DSparkConfig, DSparkWeights, ForwardOutput, HiddenTap, LogitRows, Model, RopeStyle, TargetId};
 
-use crate::nn::{draft_vocab, linear, rmsnorm};
 use crate::data::{Dataset, Sequence};
+use crate::nn::{draft_vocab, linear, rmsnorm};
 
 #[derive(Debug, Clone)]
 pub struct DSparkTrainConfig {
@@ -240,12 +240,7 @@ impl Features {
             }
             done += n;
             if (si + 1) % 50 == 0 || si + 1 == seqs.len() {
-                eprintln!(
-                    "features: {}/{} sequences, {done} positions, {:.0} s",
-                    si + 1,
-                    seqs.len(),
-                    t0.elapsed().as_secs_f64()
-                );
+                eprintln!("features: {}/{} sequences, {done} positions, {:.0} s", si + 1, seqs.len(), t0.elapsed().as_secs_f64());
             }
             rows.push(f);
         }
@@ -319,7 +314,9 @@ pub fn load_features(engine: &Engine, data: &Dataset, target_layers: &[usize], p
             Features { width: 0, rows: seqs.iter().map(|_| Vec::new()).collect() }
         } else {
             let path = c.data.as_ref().map(|p| feature_cache_path(p, &stored));
-            let cached = path.as_ref().and_then(|p| Features::load(p, seqs, stored.len() * d).ok().flatten().inspect(|_| eprintln!("reusing target features {}", p.display())));
+            let cached = path.as_ref().and_then(|p| {
+                Features::load(p, seqs, stored.len() * d).ok().flatten().inspect(|_| eprintln!("reusing target features {}", p.display()))
+            });
             match cached {
                 Some(f) => f,
                 None => {
@@ -595,7 +592,8 @@ impl DSparkNet {
                     len[r] = b.hint_len[r] - 1;
                 }
             }
-            let scale = ((ci.as_tensor().index_select(&Tensor::from_vec(len, n, dev)?, 0)? * COPY_EMBED_SCALE as f64)? * Tensor::from_vec(has, n, dev)?)?;
+            let scale = ((ci.as_tensor().index_select(&Tensor::from_vec(len, n, dev)?, 0)? * COPY_EMBED_SCALE as f64)?
+                * Tensor::from_vec(has, n, dev)?)?;
             let hin = Tensor::from_slice(&b.hint_in, (n, d), dev)?;
             x = (x + hin.broadcast_mul(&scale.unsqueeze(1)?)?)?;
         }
@@ -696,7 +694,15 @@ impl DSparkNet {
 
     /// [`Self::loss`], plus the draft logits it was computed from (for
     /// callers that want the drafted tokens, without an argmax for the rest).
-    pub fn loss_logits(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize, Tensor)> {
+    pub fn loss_logits(
+        &self,
+        b: &Blocks,
+        t: &Targets,
+        ce_weight: f32,
+        soft_ce: bool,
+        fused: bool,
+        dev: &Device,
+    ) -> Result<(Tensor, usize, Tensor)> {
         let bs = self.cfg.block_size;
         let n = t.labels.len();
         let (_, logits, z) = self.forward(b, dev)?;
@@ -739,7 +745,15 @@ impl DSparkNet {
 
 /// Build the blocks at `anchors` of sequence `s` (features `f`).
 #[allow(clippy::too_many_arguments)]
-pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], anchors: &[usize], t2d: &[u32], mask_emb: &[f32]) -> (Blocks, Targets) {
+pub fn make_blocks(
+    model: &Model,
+    cfg: &DSparkConfig,
+    s: &Sequence,
+    f: &[f16],
+    anchors: &[usize],
+    t2d: &[u32],
+    mask_emb: &[f32],
+) -> (Blocks, Targets) {
     let (d, bs) = (cfg.d_model, cfg.block_size);
     let fd = cfg.feat_dim();
     let len = s.tokens.len();
@@ -794,7 +808,10 @@ pub fn make_blocks(model: &Model, cfg: &DSparkConfig, s: &Sequence, f: &[f16], a
             }
         }
     }
-    (Blocks { feats, l, anchors: anchors.to_vec(), emb, prev, hint_row, hint_len, hint_out, hint_oov, hint_in }, Targets { labels, valid, h_last })
+    (
+        Blocks { feats, l, anchors: anchors.to_vec(), emb, prev, hint_row, hint_len, hint_out, hint_oov, hint_in },
+        Targets { labels, valid, h_last },
+    )
 }
 
 /// The draft vocabulary: the `n` most frequent labels of the training split
@@ -890,7 +907,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             if let Some(&bad) = tc.target_layers.iter().find(|&&l| l == 0 || l > tcfg.n_layer) {
                 bail!("target layer {bad} out of range (1..={})", tcfg.n_layer);
             }
-            if tc.block_size == 0 || tc.block_size > 64 || tc.layers == 0 || tc.rank == 0 || tc.rank % 32 != 0 {
+            if tc.block_size == 0 || tc.block_size > 64 || tc.layers == 0 || tc.rank == 0 || !tc.rank.is_multiple_of(32) {
                 bail!("block size 1..=64, at least one layer and a rank that is a multiple of 32 are needed");
             }
             if tc.mask_token as usize >= tcfg.vocab {
@@ -1105,7 +1122,15 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     Ok(report)
 }
 
-fn export(net: &DSparkNet, engine: &Engine, id: &TargetId, d2t: &[u32], tc: &DSparkTrainConfig, report: Option<&DSparkReport>, out: &Path) -> Result<()> {
+fn export(
+    net: &DSparkNet,
+    engine: &Engine,
+    id: &TargetId,
+    d2t: &[u32],
+    tc: &DSparkTrainConfig,
+    report: Option<&DSparkReport>,
+    out: &Path,
+) -> Result<()> {
     let ty = match tc.weight_type.to_ascii_lowercase().as_str() {
         "q8_0" => GgmlType::Q8_0,
         "f16" => GgmlType::F16,
@@ -1182,7 +1207,15 @@ fn decoding_walk(run: &[usize], committed: &mut u64, accepted: &mut [u64]) -> u6
 /// then exactly the drafted tokens). The same per-anchor results also give
 /// the walk that decoding with full blocks takes: cycle after cycle, from the
 /// first generated position.
-pub fn evaluate(model: &Model, net: &DSparkNet, data: &Dataset, feats: &Features, held: &[usize], t2d: &[u32], dev: &Device) -> Result<DSparkReport> {
+pub fn evaluate(
+    model: &Model,
+    net: &DSparkNet,
+    data: &Dataset,
+    feats: &Features,
+    held: &[usize],
+    t2d: &[u32],
+    dev: &Device,
+) -> Result<DSparkReport> {
     let cfg = &net.cfg;
     let bs = cfg.block_size;
     let mut mask_emb = vec![0f32; cfg.d_model];

@@ -170,11 +170,7 @@ impl MtpNet {
             let t = if shape.1 == 1 { Tensor::from_slice(v, shape.0, dev)? } else { Tensor::from_slice(v, shape, dev)? };
             Ok(Var::from_tensor(&t)?)
         };
-        let block = w
-            .block
-            .iter()
-            .map(|(name, v)| var(v, block_shape(cfg, name)))
-            .collect::<Result<Vec<_>>>()?;
+        let block = w.block.iter().map(|(name, v)| var(v, block_shape(cfg, name))).collect::<Result<Vec<_>>>()?;
         let v = head_rows.len() / d;
         let fused = match &w.fused {
             Some(f) => {
@@ -651,7 +647,9 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
     let total = steps_per_epoch * tc.epochs;
     let warm = (total / 20).max(1);
     let pb = ProgressBar::new(total as u64);
-    pb.set_style(ProgressStyle::with_template("training {bar:30} {pos}/{len} steps, loss {msg} [{elapsed_precise}<{eta_precise}]").unwrap());
+    pb.set_style(
+        ProgressStyle::with_template("training {bar:30} {pos}/{len} steps, loss {msg} [{elapsed_precise}<{eta_precise}]").unwrap(),
+    );
     let depth_w = [1.0f64, 0.8, 0.6, 0.5];
     let mut step = 0usize;
     let mut ema = f64::NAN;
@@ -695,10 +693,10 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &TrainConfig, out: &Path)
             step += 1;
             pb.set_message(format!("{ema:.3}"));
             pb.inc(1);
-            if pb.is_hidden() && step % 20 == 0 {
+            if pb.is_hidden() && step.is_multiple_of(20) {
                 eprintln!("training: step {step}/{total}, loss {ema:.3}, {:.0} s", pb.elapsed().as_secs_f64());
             }
-            if step % 200 == 0 {
+            if step.is_multiple_of(200) {
                 export(&net, &cfg, engine, &d2t, full, tc, None, &ckpt)?;
             }
         }
@@ -777,8 +775,9 @@ pub fn evaluate(
     for chunk in wins.chunks(8) {
         let batch = make_batch(engine, data, feats, net.copy_ngram(), chunk, l, depths, t2d, true, false);
         let outs = net.forward(&batch, depths, dev)?;
-        let preds: Vec<Vec<u32>> =
-            outs.iter().map(|(_, lg)| Ok(lg.argmax(D::Minus1)?.to_vec1::<u32>()?)).collect::<Result<_>>()?;
+        let preds: Vec<Vec<u32>> = outs.iter().map(|(_, lg)| Ok(lg.argmax(D::Minus1)?.to_vec1::<u32>()?)).collect::<Result<_>>()?;
+        // `row` and `k` index the per-depth masks, labels and predictions alike
+        #[allow(clippy::needless_range_loop)]
         for row in 0..batch.b * l {
             if batch.mask[0][row] == 0.0 {
                 continue;

@@ -99,13 +99,10 @@ fn check(hints: bool) {
     let feats: Vec<f32> = (0..a * fd).map(|_| 4.0 * r.next()).collect();
     let anchor = 17u32;
     let prev: Vec<u32> = vec![anchor, 250, 8, 101]; // Markov inputs of slots 0..3
-    // copy hints per slot of both blocks: (target token, suffix length);
-    // token 4 is outside the draft vocabulary (4 % 3 == 1)
-    let hint: [Option<(u32, usize)>; 8] = if hints {
-        [Some((6, 2)), None, Some((4, 1)), None, None, Some((9, 2)), None, None]
-    } else {
-        [None; 8]
-    };
+                                                    // copy hints per slot of both blocks: (target token, suffix length);
+                                                    // token 4 is outside the draft vocabulary (4 % 3 == 1)
+    let hint: [Option<(u32, usize)>; 8] =
+        if hints { [Some((6, 2)), None, Some((4, 1)), None, None, Some((9, 2)), None, None] } else { [None; 8] };
     let pool = ThreadPool::new(1);
     let mut cache = dm.new_cache(64);
     dm.inject(&pool, &mut cache, &feats, a).unwrap();
@@ -138,7 +135,8 @@ fn check(hints: bool) {
     }
     let mut prevs = prev.clone();
     prevs.extend([40, 1, 2, 3]);
-    let (mut hint_row, mut hint_len, mut hint_out, mut hint_oov, mut hint_in) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut hint_row, mut hint_len, mut hint_out, mut hint_oov, mut hint_in) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     if hints {
         // slot 0's hint embedding joins its input
         hint_in = vec![0f32; 8 * d];
@@ -204,7 +202,11 @@ fn check(hints: bool) {
         let run = |fused: bool| {
             let (loss, count) = net.loss(&b, &t, 0.1, soft_ce, fused, &dev).unwrap();
             let grads = loss.backward().unwrap();
-            let g: Vec<Vec<f32>> = net.vars().iter().map(|v| grads.get(v.as_tensor()).map(|g| g.flatten_all().unwrap().to_vec1().unwrap()).unwrap_or_default()).collect();
+            let g: Vec<Vec<f32>> = net
+                .vars()
+                .iter()
+                .map(|v| grads.get(v.as_tensor()).map(|g| g.flatten_all().unwrap().to_vec1().unwrap()).unwrap_or_default())
+                .collect();
             (loss.to_scalar::<f32>().unwrap(), count, g)
         };
         let (lc, nc, gc) = run(false);
@@ -296,7 +298,8 @@ fn teacher_covers_a_hint_outside_the_draft_vocabulary() {
 /// identity.
 #[test]
 fn appended_target_layers_and_blocks_start_without_effect() {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let spec =
+        SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
     let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
     let tc = target.cfg.clone();
     let d = tc.d_model;
@@ -380,7 +383,8 @@ fn unsure_is_one_minus_the_targets_top_draft_probability() {
 /// A small synthetic target and a draft vocabulary of two thirds of its
 /// tokens (those with `t % 3 != 1`).
 fn target_with_reduced_vocab() -> (Arc<Model>, Vec<u32>) {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let spec =
+        SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
     let target = Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap());
     let d2t = (0..target.cfg.vocab as u32).filter(|t| t % 3 != 1).collect();
     (target, d2t)

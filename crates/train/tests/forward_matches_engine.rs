@@ -34,7 +34,8 @@ fn perturb(w: &mut MtpWeights, seed: u64) {
 }
 
 fn synthetic_target() -> Arc<Model> {
-    let spec = SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
+    let spec =
+        SyntheticSpec { ty: GgmlType::F32, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, ffn: 128, vocab: 320, ..Default::default() };
     Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap())
 }
 
@@ -189,12 +190,25 @@ fn forward_matches_over(fused: bool, copy: bool, reduced: bool) {
         }
     }
     assert_eq!(lens.len(), nmax + 1, "the test text should give hints of every length");
-    let (copy_emb, copy_n, copy_row, copy_out, copy_out_mask) = if copy {
-        (copy_emb, copy_n, copy_row, copy_out, copy_out_mask)
-    } else {
-        Default::default()
+    let (copy_emb, copy_n, copy_row, copy_out, copy_out_mask) =
+        if copy { (copy_emb, copy_n, copy_row, copy_out, copy_out_mask) } else { Default::default() };
+    let batch = Batch {
+        b: 1,
+        l: m,
+        hidden: hid.clone(),
+        feats: feats.clone(),
+        copy_emb,
+        copy_n,
+        copy_row,
+        copy_out,
+        copy_out_mask,
+        emb,
+        labels: vec![vec![0; m]; 2],
+        mask: vec![vec![1.0; m]; 2],
+        teach: Vec::new(),
+        teach_mask: Vec::new(),
+        pos0: vec![0],
     };
-    let batch = Batch { b: 1, l: m, hidden: hid.clone(), feats: feats.clone(), copy_emb, copy_n, copy_row, copy_out, copy_out_mask, emb, labels: vec![vec![0; m]; 2], mask: vec![vec![1.0; m]; 2], teach: Vec::new(), teach_mask: Vec::new(), pos0: vec![0] };
     let outs = net.forward(&batch, 2, &dev).unwrap();
     let rows = |k: usize| outs[k].1.to_vec2::<f32>().unwrap();
     let (mut c1, mut c2) = (rows(0), rows(1));

@@ -50,7 +50,10 @@ fn rebuilt_data_is_byte_identical_to_generated_data() {
         let got = tandem_train::dspark::load_features(&engine, &gen, &layers, &part).unwrap();
         assert_eq!(got.width, 3 * gen.d);
         for (r, w) in got.rows.iter().zip(&want.rows) {
-            assert!(r.len() == w.len() && r.iter().zip(w).all(|(p, q)| p.to_bits() == q.to_bits()), "spliced features differ (round {round})");
+            assert!(
+                r.len() == w.len() && r.iter().zip(w).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "spliced features differ (round {round})"
+            );
         }
         // the first round wrote the cache of layers 2 and 10, the second reads it
         assert!(dir.join("gen.dspark-l2-10.feats").exists());

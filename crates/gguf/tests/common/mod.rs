@@ -246,16 +246,7 @@ pub struct Raw {
 
 impl Default for Raw {
     fn default() -> Self {
-        Self {
-            magic: *b"GGUF",
-            version: 3,
-            n_tensors: None,
-            n_kv: None,
-            kvs: vec![],
-            tensors: vec![],
-            align: 32,
-            data: vec![],
-        }
+        Self { magic: *b"GGUF", version: 3, n_tensors: None, n_kv: None, kvs: vec![], tensors: vec![], align: 32, data: vec![] }
     }
 }
 
@@ -365,13 +356,7 @@ pub fn sample_metadata() -> Vec<(String, Value)> {
         kv("t.arr.i32", V::Array(ValueType::I32, (-3..4).map(V::I32).collect())),
         kv("t.arr.f32", V::Array(ValueType::F32, vec![V::F32(0.5), V::F32(-0.0), V::F32(1e30)])),
         kv("t.arr.bool", V::Array(ValueType::Bool, vec![V::Bool(true), V::Bool(false), V::Bool(true)])),
-        kv(
-            "t.arr.string",
-            V::Array(
-                ValueType::String,
-                vec![V::String("<s>".into()), V::String(String::new()), V::String("Ġthe".into())],
-            ),
-        ),
+        kv("t.arr.string", V::Array(ValueType::String, vec![V::String("<s>".into()), V::String(String::new()), V::String("Ġthe".into())])),
         kv("t.arr.u64", V::Array(ValueType::U64, vec![V::U64(u64::MAX), V::U64(0)])),
         kv("t.arr.i64", V::Array(ValueType::I64, vec![V::I64(-1), V::I64(i64::MAX)])),
         kv("t.arr.f64", V::Array(ValueType::F64, vec![V::F64(1e-300), V::F64(-2.25)])),
@@ -394,10 +379,7 @@ pub fn sample_metadata() -> Vec<(String, Value)> {
             "t.arr.deep",
             V::Array(
                 ValueType::Array,
-                vec![V::Array(
-                    ValueType::Array,
-                    vec![V::Array(ValueType::Array, vec![V::Array(ValueType::U8, vec![V::U8(42)])])],
-                )],
+                vec![V::Array(ValueType::Array, vec![V::Array(ValueType::Array, vec![V::Array(ValueType::U8, vec![V::U8(42)])])])],
             ),
         ),
         kv("general.quantization_version", V::U32(2)),

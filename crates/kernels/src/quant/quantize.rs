@@ -53,8 +53,7 @@ pub fn quantize_row(ty: GgmlType, x: &[f32]) -> Option<Vec<u8>> {
                 let mx = xs.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
                 let d = (mx - mn) / maxq;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                let q: Vec<u8> =
-                    xs.iter().map(|&v| (((v - mn) * id + 0.5) as i32).clamp(0, maxq as i32) as u8).collect();
+                let q: Vec<u8> = xs.iter().map(|&v| (((v - mn) * id + 0.5) as i32).clamp(0, maxq as i32) as u8).collect();
                 put_f16(&mut out, d);
                 put_f16(&mut out, mn);
                 pack_q4_q5(&mut out, &q, ty == GgmlType::Q5_1);

@@ -98,10 +98,7 @@ impl Unpack for Q5K {
     unsafe fn unpack(b: *const u8, s: usize) -> __m256i {
         let ql = _mm256_loadu_si256(b.add(48 + 32 * (s / 2)) as *const __m256i);
         let qh = _mm256_loadu_si256(b.add(16) as *const __m256i);
-        let lo = _mm256_and_si256(
-            _mm256_srl_epi16(ql, _mm_cvtsi32_si128((4 * (s % 2)) as i32)),
-            _mm256_set1_epi8(0x0F),
-        );
+        let lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128((4 * (s % 2)) as i32)), _mm256_set1_epi8(0x0F));
         let hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s as i32)), _mm256_set1_epi8(1));
         _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4))
     }
@@ -113,10 +110,7 @@ impl Unpack for Q6K {
         let (n, t) = (s / 4, s % 4);
         let ql = _mm256_loadu_si256(b.add(64 * n + 32 * (t % 2)) as *const __m256i);
         let qh = _mm256_loadu_si256(b.add(128 + 32 * n) as *const __m256i);
-        let lo = _mm256_and_si256(
-            _mm256_srl_epi16(ql, _mm_cvtsi32_si128((4 * (t / 2)) as i32)),
-            _mm256_set1_epi8(0x0F),
-        );
+        let lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128((4 * (t / 2)) as i32)), _mm256_set1_epi8(0x0F));
         let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128((2 * t) as i32)), _mm256_set1_epi8(3));
         _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32))
     }
@@ -182,11 +176,7 @@ pub(crate) unsafe fn dot_tile<F: Unpack, const MR: usize, const NR: usize>(
                 for m in 0..MR {
                     let ab = a[m].get_unchecked(b * F::SUBS + s);
                     let av = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
-                    let p = if F::SIGNED {
-                        _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, wv))
-                    } else {
-                        _mm256_maddubs_epi16(wv, av)
-                    };
+                    let p = if F::SIGNED { _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, wv)) } else { _mm256_maddubs_epi16(wv, av) };
                     let mut l = _mm256_madd_epi16(p, ones);
                     if F::HALF_SCALES {
                         l = _mm256_mullo_epi32(l, hmul);
@@ -459,7 +449,6 @@ pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
     }
 }
 
-
 /// Packed Q4x8 kernel: MR activation rows × the 8 columns of group `grp`
 /// (see `pack`); mirrors `pack::dot_q4x8_scalar` lane for lane.
 ///
@@ -573,7 +562,7 @@ pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR],
 pub(crate) unsafe fn dot_q4kx8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
     use crate::pack::Q4KX8_SUPER;
     let nb = a[0].len();
-    debug_assert!(nb % 8 == 0 && grp.len() >= nb / 8 * Q4KX8_SUPER);
+    debug_assert!(nb.is_multiple_of(8) && grp.len() >= nb / 8 * Q4KX8_SUPER);
     let m4 = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     let neg = _mm256_set1_ps(-0.0);

@@ -89,9 +89,9 @@ pub(crate) unsafe fn prefetch_stream(p: *const u8, len: usize) {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod vnni;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SimdLevel {
@@ -108,10 +108,7 @@ fn detect() -> SimdLevel {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
             return SimdLevel::Avx2;
         }
     }

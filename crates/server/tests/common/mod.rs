@@ -99,7 +99,8 @@ pub fn get(addr: SocketAddr, path: &str) -> Resp {
 }
 
 pub fn parse_response(buf: &[u8]) -> Resp {
-    let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(buf)));
+    let split =
+        buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(buf)));
     let head = String::from_utf8_lossy(&buf[..split]).into_owned();
     let mut lines = head.split("\r\n");
     let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();

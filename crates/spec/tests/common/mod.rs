@@ -38,9 +38,7 @@ pub fn speculative(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &
     let (mut res, mut emitted) = (vec![], vec![]);
     while res.len() < n {
         emitted.clear();
-        let fed = sp
-            .cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted)
-            .unwrap();
+        let fed = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted).unwrap();
         res.extend_from_slice(&emitted);
         assert_eq!(cache.len(), history.len());
         if !fed {
