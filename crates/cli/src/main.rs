@@ -3,6 +3,8 @@
 //! stdout carries only generated text (so it can be piped); everything else —
 //! load messages, statistics, progress — goes to stderr.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod bench;
 mod chat;

@@ -3,6 +3,8 @@
 //! perplexity). The CLI and (later) the server and the speculative decoder are
 //! built on [`Session`].
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod fetch;
 pub mod perplexity;

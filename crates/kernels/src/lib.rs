@@ -19,6 +19,7 @@
 // element or lane index; written as index loops, the reduction order the twins
 // must share is plain to read.
 #![allow(clippy::needless_range_loop)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod matmul;
 pub mod ops;

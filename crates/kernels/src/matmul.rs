@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use tandem_gguf::GgmlType;
 
-use crate::pool::{split_range, ThreadPool};
+use crate::pool::{split_range, DisjointSlice, ThreadPool};
 use crate::quant::dot::{dot_f_scalar, dot_q_scalar, FloatKind};
 use crate::quant::formats::{Format, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::quant::{dequantize_row, quantize_act_row, ActBlock};
@@ -182,21 +182,22 @@ fn float_kind(ty: GgmlType) -> FloatKind {
     }
 }
 
-/// Output pointer shared by the threads of one region; each thread writes disjoint columns.
+/// One output of a region, `n` columns per row; each thread writes its own
+/// columns.
 #[derive(Clone, Copy)]
-struct Out {
-    ptr: *mut f32,
+struct Out<'a> {
+    cells: DisjointSlice<'a>,
     n: usize,
 }
-// SAFETY: threads write disjoint (row, column) cells; the region ends before the
-// borrow of the output slice does.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
 
-impl Out {
+impl Out<'_> {
+    /// # Safety
+    /// Cell (`m`, `col`) lies in the output, and no other thread writes it
+    /// during the region.
     #[inline(always)]
     unsafe fn put(&self, m: usize, col: usize, v: f32) {
-        *self.ptr.add(m * self.n + col) = v;
+        // SAFETY: the caller's contract: in bounds and exclusive.
+        unsafe { self.cells.write(m * self.n + col, v) }
     }
 }
 
@@ -251,7 +252,7 @@ pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &
             }
         }
         let acts: &[ActBlock] = &acts;
-        let outs: Vec<Out> = ys.iter_mut().map(|y| Out { ptr: y.as_mut_ptr(), n: y.len() / m }).collect();
+        let outs: Vec<Out> = ys.iter_mut().map(|y| Out { n: y.len() / m, cells: DisjointSlice::new(y) }).collect();
         let total: usize = ws.iter().map(|w| w.n).sum();
         let level = simd_level();
         pool.run(|t, nt| {
@@ -272,26 +273,32 @@ pub fn matmul_many(pool: &ThreadPool, ws: &[&Weight], x: &[f32], m: usize, ys: &
 }
 
 /// Compute columns `cols` of all M rows.
+///
+/// # Safety
+/// The SIMD features `level` names are available; `cols` lies in `0..w.n`; no other thread writes these columns of `out`, which holds `m` rows of `w.n`; `acts` holds `m` quantized rows of `w.k / 32` blocks (quantized weights) and `x` `m` rows of `w.k` (float weights).
 unsafe fn run_cols(level: SimdLevel, w: &Weight, x: &[f32], acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
-    match w.layout {
-        Layout::Q4x8 => return cols_packed::<PackedQ4>(level, w, acts, m, cols, out),
-        Layout::Q8x8 => return cols_packed::<PackedQ8>(level, w, acts, m, cols, out),
-        Layout::Q6x8 => return cols_packed::<PackedQ6>(level, w, acts, m, cols, out),
-        Layout::Q5x8 => return cols_packed::<PackedQ5>(level, w, acts, m, cols, out),
-        Layout::Q4Kx8 => return cols_packed::<PackedQ4K>(level, w, acts, m, cols, out),
-        Layout::Rows => {}
-    }
-    match w.ty {
-        GgmlType::Q4_0 => cols_q::<Q4_0>(level, w, acts, m, cols, out),
-        GgmlType::Q4_1 => cols_q::<Q4_1>(level, w, acts, m, cols, out),
-        GgmlType::Q5_0 => cols_q::<Q5_0>(level, w, acts, m, cols, out),
-        GgmlType::Q5_1 => cols_q::<Q5_1>(level, w, acts, m, cols, out),
-        GgmlType::Q8_0 => cols_q::<Q8_0>(level, w, acts, m, cols, out),
-        GgmlType::Q4K => cols_q::<Q4K>(level, w, acts, m, cols, out),
-        GgmlType::Q5K => cols_q::<Q5K>(level, w, acts, m, cols, out),
-        GgmlType::Q6K => cols_q::<Q6K>(level, w, acts, m, cols, out),
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => cols_f(level, w, x, m, cols, out),
-        GgmlType::Q8_1 | GgmlType::I32 | GgmlType::I64 => unreachable!("rejected by Weight::new"),
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        match w.layout {
+            Layout::Q4x8 => return cols_packed::<PackedQ4>(level, w, acts, m, cols, out),
+            Layout::Q8x8 => return cols_packed::<PackedQ8>(level, w, acts, m, cols, out),
+            Layout::Q6x8 => return cols_packed::<PackedQ6>(level, w, acts, m, cols, out),
+            Layout::Q5x8 => return cols_packed::<PackedQ5>(level, w, acts, m, cols, out),
+            Layout::Q4Kx8 => return cols_packed::<PackedQ4K>(level, w, acts, m, cols, out),
+            Layout::Rows => {}
+        }
+        match w.ty {
+            GgmlType::Q4_0 => cols_q::<Q4_0>(level, w, acts, m, cols, out),
+            GgmlType::Q4_1 => cols_q::<Q4_1>(level, w, acts, m, cols, out),
+            GgmlType::Q5_0 => cols_q::<Q5_0>(level, w, acts, m, cols, out),
+            GgmlType::Q5_1 => cols_q::<Q5_1>(level, w, acts, m, cols, out),
+            GgmlType::Q8_0 => cols_q::<Q8_0>(level, w, acts, m, cols, out),
+            GgmlType::Q4K => cols_q::<Q4K>(level, w, acts, m, cols, out),
+            GgmlType::Q5K => cols_q::<Q5K>(level, w, acts, m, cols, out),
+            GgmlType::Q6K => cols_q::<Q6K>(level, w, acts, m, cols, out),
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => cols_f(level, w, x, m, cols, out),
+            GgmlType::Q8_1 | GgmlType::I32 | GgmlType::I64 => unreachable!("rejected by Weight::new"),
+        }
     }
 }
 
@@ -302,65 +309,75 @@ pub(crate) trait Unpack: Format {}
 #[cfg(not(target_arch = "x86_64"))]
 impl<T: Format> Unpack for T {}
 
+/// # Safety
+/// As [`run_cols`], for a row-layout quantized weight.
 unsafe fn cols_q<F: Format + Unpack>(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
-    let nb = w.k / 32;
-    let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => {
-            let mut c = cols.start;
-            while c < cols.end {
-                if c + 2 <= cols.end {
-                    tiles_q::<F, 2>(w, &arow, m, c, out);
-                    c += 2;
-                } else {
-                    tiles_q::<F, 1>(w, &arow, m, c, out);
-                    c += 1;
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let nb = w.k / 32;
+        let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => {
+                let mut c = cols.start;
+                while c < cols.end {
+                    if c + 2 <= cols.end {
+                        tiles_q::<F, 2>(w, &arow, m, c, out);
+                        c += 2;
+                    } else {
+                        tiles_q::<F, 1>(w, &arow, m, c, out);
+                        c += 1;
+                    }
                 }
             }
-        }
-        _ => {
-            for c in cols {
-                let wr = w.row(c);
-                for r in 0..m {
-                    out.put(r, c, dot_q_scalar::<F>(wr, arow(r)));
+            _ => {
+                for c in cols {
+                    let wr = w.row(c);
+                    for r in 0..m {
+                        out.put(r, c, dot_q_scalar::<F>(wr, arow(r)));
+                    }
                 }
             }
         }
     }
 }
 
+/// # Safety
+/// As [`run_cols`]; `c + NR <= w.n` and AVX2, FMA and F16C available.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn tiles_q<'a, F: Unpack, const NR: usize>(w: &Weight<'a>, arow: &impl Fn(usize) -> &'a [ActBlock], m: usize, c: usize, out: Out) {
-    use crate::simd::avx2::dot_tile;
-    let wr: [&[u8]; NR] = std::array::from_fn(|i| w.row(c + i));
-    let mut r = 0;
-    while r < m {
-        match m - r {
-            1 => {
-                let mut o = [[0f32; NR]; 1];
-                dot_tile::<F, 1, NR>(wr, [arow(r)], &mut o);
-                emit(out, r, c, &o);
-                r += 1;
-            }
-            2 => {
-                let mut o = [[0f32; NR]; 2];
-                dot_tile::<F, 2, NR>(wr, [arow(r), arow(r + 1)], &mut o);
-                emit(out, r, c, &o);
-                r += 2;
-            }
-            3 => {
-                let mut o = [[0f32; NR]; 3];
-                dot_tile::<F, 3, NR>(wr, [arow(r), arow(r + 1), arow(r + 2)], &mut o);
-                emit(out, r, c, &o);
-                r += 3;
-            }
-            _ => {
-                let mut o = [[0f32; NR]; 4];
-                dot_tile::<F, 4, NR>(wr, [arow(r), arow(r + 1), arow(r + 2), arow(r + 3)], &mut o);
-                emit(out, r, c, &o);
-                r += 4;
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        use crate::simd::avx2::dot_tile;
+        let wr: [&[u8]; NR] = std::array::from_fn(|i| w.row(c + i));
+        let mut r = 0;
+        while r < m {
+            match m - r {
+                1 => {
+                    let mut o = [[0f32; NR]; 1];
+                    dot_tile::<F, 1, NR>(wr, [arow(r)], &mut o);
+                    emit(out, r, c, &o);
+                    r += 1;
+                }
+                2 => {
+                    let mut o = [[0f32; NR]; 2];
+                    dot_tile::<F, 2, NR>(wr, [arow(r), arow(r + 1)], &mut o);
+                    emit(out, r, c, &o);
+                    r += 2;
+                }
+                3 => {
+                    let mut o = [[0f32; NR]; 3];
+                    dot_tile::<F, 3, NR>(wr, [arow(r), arow(r + 1), arow(r + 2)], &mut o);
+                    emit(out, r, c, &o);
+                    r += 3;
+                }
+                _ => {
+                    let mut o = [[0f32; NR]; 4];
+                    dot_tile::<F, 4, NR>(wr, [arow(r), arow(r + 1), arow(r + 2), arow(r + 3)], &mut o);
+                    emit(out, r, c, &o);
+                    r += 4;
+                }
             }
         }
     }
@@ -391,17 +408,25 @@ struct PackedQ4K;
 
 impl Packed for PackedQ4 {
     const BLOCK: usize = crate::pack::Q4X8_BLOCK;
+    /// # Safety
+    /// As [`Packed::tile`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        match crate::simd::vnni_kind() {
-            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q4x8::<MR>(grp, a, out),
-            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q4x8::<MR>(grp, a, out),
-            crate::simd::Vnni::None => crate::simd::avx2::dot_q4x8::<MR>(grp, a, out),
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe {
+            match crate::simd::vnni_kind() {
+                crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q4x8::<MR>(grp, a, out),
+                crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q4x8::<MR>(grp, a, out),
+                crate::simd::Vnni::None => crate::simd::avx2::dot_q4x8::<MR>(grp, a, out),
+            }
         }
     }
+    /// # Safety
+    /// As [`Packed::tile2`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-        crate::simd::avx512::dot_q4x16::<MR>(g0, g1, a, out)
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { crate::simd::avx512::dot_q4x16::<MR>(g0, g1, a, out) }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q4x8_scalar(data, k, col, a)
@@ -410,17 +435,25 @@ impl Packed for PackedQ4 {
 
 impl Packed for PackedQ8 {
     const BLOCK: usize = crate::pack::Q8X8_BLOCK;
+    /// # Safety
+    /// As [`Packed::tile`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        match crate::simd::vnni_kind() {
-            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q8x8::<MR>(grp, a, out),
-            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q8x8::<MR>(grp, a, out),
-            crate::simd::Vnni::None => crate::simd::avx2::dot_q8x8::<MR>(grp, a, out),
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe {
+            match crate::simd::vnni_kind() {
+                crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q8x8::<MR>(grp, a, out),
+                crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q8x8::<MR>(grp, a, out),
+                crate::simd::Vnni::None => crate::simd::avx2::dot_q8x8::<MR>(grp, a, out),
+            }
         }
     }
+    /// # Safety
+    /// As [`Packed::tile2`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-        crate::simd::avx512::dot_q8x16::<MR>(g0, g1, a, out)
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { crate::simd::avx512::dot_q8x16::<MR>(g0, g1, a, out) }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q8x8_scalar(data, k, col, a)
@@ -429,17 +462,25 @@ impl Packed for PackedQ8 {
 
 impl Packed for PackedQ5 {
     const BLOCK: usize = crate::pack::Q5X8_BLOCK;
+    /// # Safety
+    /// As [`Packed::tile`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        match crate::simd::vnni_kind() {
-            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q5x8::<MR>(grp, a, out),
-            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q5x8::<MR>(grp, a, out),
-            crate::simd::Vnni::None => crate::simd::avx2::dot_q5x8::<MR>(grp, a, out),
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe {
+            match crate::simd::vnni_kind() {
+                crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q5x8::<MR>(grp, a, out),
+                crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q5x8::<MR>(grp, a, out),
+                crate::simd::Vnni::None => crate::simd::avx2::dot_q5x8::<MR>(grp, a, out),
+            }
         }
     }
+    /// # Safety
+    /// As [`Packed::tile2`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-        crate::simd::avx512::dot_q5x16::<MR>(g0, g1, a, out)
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { crate::simd::avx512::dot_q5x16::<MR>(g0, g1, a, out) }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q5x8_scalar(data, k, col, a)
@@ -449,17 +490,25 @@ impl Packed for PackedQ5 {
 /// Q4Kx8 has 256-bit kernels only, like Q6x8; a pair of groups is two calls.
 impl Packed for PackedQ4K {
     const BLOCK: usize = crate::pack::Q4KX8_BLOCK;
+    /// # Safety
+    /// As [`Packed::tile`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        match crate::simd::vnni_kind() {
-            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q4kx8::<MR>(grp, a, out),
-            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q4kx8::<MR>(grp, a, out),
-            crate::simd::Vnni::None => crate::simd::avx2::dot_q4kx8::<MR>(grp, a, out),
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe {
+            match crate::simd::vnni_kind() {
+                crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q4kx8::<MR>(grp, a, out),
+                crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q4kx8::<MR>(grp, a, out),
+                crate::simd::Vnni::None => crate::simd::avx2::dot_q4kx8::<MR>(grp, a, out),
+            }
         }
     }
+    /// # Safety
+    /// As [`Packed::tile2`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-        two_tiles(Self::tile::<MR>, g0, g1, a, out)
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { two_tiles(Self::tile::<MR>, g0, g1, a, out) }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q4kx8_scalar(data, k, col, a)
@@ -472,32 +521,46 @@ type Tile<const MR: usize> = unsafe fn(&[u8], [&[ActBlock]; MR], &mut [[f32; 8];
 
 /// A pair of groups as two 8-column tiles (for layouts without a 512-bit
 /// kernel); the same bits as one call per group.
+///
+/// # Safety
+/// `tile`'s own contract holds for `g0` and for `g1`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn two_tiles<const MR: usize>(tile: Tile<MR>, g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-    let (mut o0, mut o1) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
-    tile(g0, a, &mut o0);
-    tile(g1, a, &mut o1);
-    for m in 0..MR {
-        out[m][..8].copy_from_slice(&o0[m]);
-        out[m][8..].copy_from_slice(&o1[m]);
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let (mut o0, mut o1) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
+        tile(g0, a, &mut o0);
+        tile(g1, a, &mut o1);
+        for m in 0..MR {
+            out[m][..8].copy_from_slice(&o0[m]);
+            out[m][8..].copy_from_slice(&o1[m]);
+        }
     }
 }
 
 /// Q6x8 has 256-bit kernels only; a pair of groups is two calls (the same bits).
 impl Packed for PackedQ6 {
     const BLOCK: usize = crate::pack::Q6X8_BLOCK;
+    /// # Safety
+    /// As [`Packed::tile`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-        match crate::simd::vnni_kind() {
-            crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q6x8::<MR>(grp, a, out),
-            crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q6x8::<MR>(grp, a, out),
-            crate::simd::Vnni::None => crate::simd::avx2::dot_q6x8::<MR>(grp, a, out),
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe {
+            match crate::simd::vnni_kind() {
+                crate::simd::Vnni::Avx => crate::simd::vnni::avx::dot_q6x8::<MR>(grp, a, out),
+                crate::simd::Vnni::Evex => crate::simd::vnni::evex::dot_q6x8::<MR>(grp, a, out),
+                crate::simd::Vnni::None => crate::simd::avx2::dot_q6x8::<MR>(grp, a, out),
+            }
         }
     }
+    /// # Safety
+    /// As [`Packed::tile2`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-        two_tiles(Self::tile::<MR>, g0, g1, a, out)
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { two_tiles(Self::tile::<MR>, g0, g1, a, out) }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q6x8_scalar(data, k, col, a)
@@ -506,99 +569,115 @@ impl Packed for PackedQ6 {
 
 /// Columns of a repacked weight; `cols` starts and ends on multiples of 8 (the
 /// split aligns to 8 and packed weights have n % 8 == 0).
+///
+/// # Safety
+/// As [`run_cols`], for a packed weight; `cols` starts and ends on multiples of 8.
 unsafe fn cols_packed<P: Packed>(level: SimdLevel, w: &Weight, acts: &[ActBlock], m: usize, cols: Range<usize>, out: Out) {
-    let nb = w.k / 32;
-    let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
-    debug_assert!(cols.start.is_multiple_of(8) && cols.end.is_multiple_of(8));
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => {
-            let wide = crate::simd::wide() && m >= crate::simd::wide_min_rows();
-            let group = |g: usize| &w.data[g * nb * P::BLOCK..(g + 1) * nb * P::BLOCK];
-            let (mut g, end) = (cols.start / 8, cols.end / 8);
-            while g < end {
-                // two groups per tile where 512-bit kernels run, else one
-                let pair = wide && g + 1 < end;
-                let (g0, g1) = (group(g), group(g + pair as usize));
-                let mut r = 0;
-                while r < m {
-                    macro_rules! tile {
-                        ($mr:literal) => {{
-                            let rows: [&[ActBlock]; $mr] = std::array::from_fn(|i| arow(r + i));
-                            if pair {
-                                let mut o = [[0f32; 16]; $mr];
-                                P::tile2::<$mr>(g0, g1, rows, &mut o);
-                                emit(out, r, g * 8, &o);
-                            } else {
-                                let mut o = [[0f32; 8]; $mr];
-                                P::tile::<$mr>(g0, rows, &mut o);
-                                emit(out, r, g * 8, &o);
-                            }
-                            r += $mr;
-                        }};
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let nb = w.k / 32;
+        let arow = |r: usize| &acts[r * nb..(r + 1) * nb];
+        debug_assert!(cols.start.is_multiple_of(8) && cols.end.is_multiple_of(8));
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => {
+                let wide = crate::simd::wide() && m >= crate::simd::wide_min_rows();
+                let group = |g: usize| &w.data[g * nb * P::BLOCK..(g + 1) * nb * P::BLOCK];
+                let (mut g, end) = (cols.start / 8, cols.end / 8);
+                while g < end {
+                    // two groups per tile where 512-bit kernels run, else one
+                    let pair = wide && g + 1 < end;
+                    let (g0, g1) = (group(g), group(g + pair as usize));
+                    let mut r = 0;
+                    while r < m {
+                        macro_rules! tile {
+                            ($mr:literal) => {{
+                                let rows: [&[ActBlock]; $mr] = std::array::from_fn(|i| arow(r + i));
+                                if pair {
+                                    let mut o = [[0f32; 16]; $mr];
+                                    P::tile2::<$mr>(g0, g1, rows, &mut o);
+                                    emit(out, r, g * 8, &o);
+                                } else {
+                                    let mut o = [[0f32; 8]; $mr];
+                                    P::tile::<$mr>(g0, rows, &mut o);
+                                    emit(out, r, g * 8, &o);
+                                }
+                                r += $mr;
+                            }};
+                        }
+                        match m - r {
+                            1 => tile!(1),
+                            2 => tile!(2),
+                            3 => tile!(3),
+                            4 => tile!(4),
+                            5 => tile!(5),
+                            _ => tile!(6),
+                        }
                     }
-                    match m - r {
-                        1 => tile!(1),
-                        2 => tile!(2),
-                        3 => tile!(3),
-                        4 => tile!(4),
-                        5 => tile!(5),
-                        _ => tile!(6),
-                    }
+                    g += 1 + pair as usize;
                 }
-                g += 1 + pair as usize;
             }
-        }
-        _ => {
-            for c in cols {
-                for r in 0..m {
-                    out.put(r, c, P::scalar(w.data, w.k, c, arow(r)));
+            _ => {
+                for c in cols {
+                    for r in 0..m {
+                        out.put(r, c, P::scalar(w.data, w.k, c, arow(r)));
+                    }
                 }
             }
         }
     }
 }
 
+/// # Safety
+/// `out` holds rows `r..r + MR` and columns `c..c + NR`, which no other thread writes.
 #[inline(always)]
 unsafe fn emit<const MR: usize, const NR: usize>(out: Out, r: usize, c: usize, o: &[[f32; NR]; MR]) {
-    for (i, row) in o.iter().enumerate() {
-        for (j, v) in row.iter().enumerate() {
-            out.put(r + i, c + j, *v);
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        for (i, row) in o.iter().enumerate() {
+            for (j, v) in row.iter().enumerate() {
+                out.put(r + i, c + j, *v);
+            }
         }
     }
 }
 
+/// # Safety
+/// As [`run_cols`], for a float weight.
 unsafe fn cols_f(level: SimdLevel, w: &Weight, x: &[f32], m: usize, cols: Range<usize>, out: Out) {
-    let kind = float_kind(w.ty);
-    let k = w.k;
-    let xrow = |r: usize| &x[r * k..(r + 1) * k];
-    match level {
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => {
-            use crate::simd::avx2::dot_tile_f;
-            for c in cols {
-                let wr = [w.row(c)];
-                let mut r = 0;
-                while r < m {
-                    if m - r >= 4 {
-                        let mut o = [[0f32; 1]; 4];
-                        dot_tile_f::<4, 1>(kind, wr, [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)], &mut o);
-                        emit(out, r, c, &o);
-                        r += 4;
-                    } else {
-                        let mut o = [[0f32; 1]; 1];
-                        dot_tile_f::<1, 1>(kind, wr, [xrow(r)], &mut o);
-                        emit(out, r, c, &o);
-                        r += 1;
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let kind = float_kind(w.ty);
+        let k = w.k;
+        let xrow = |r: usize| &x[r * k..(r + 1) * k];
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => {
+                use crate::simd::avx2::dot_tile_f;
+                for c in cols {
+                    let wr = [w.row(c)];
+                    let mut r = 0;
+                    while r < m {
+                        if m - r >= 4 {
+                            let mut o = [[0f32; 1]; 4];
+                            dot_tile_f::<4, 1>(kind, wr, [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)], &mut o);
+                            emit(out, r, c, &o);
+                            r += 4;
+                        } else {
+                            let mut o = [[0f32; 1]; 1];
+                            dot_tile_f::<1, 1>(kind, wr, [xrow(r)], &mut o);
+                            emit(out, r, c, &o);
+                            r += 1;
+                        }
                     }
                 }
             }
-        }
-        _ => {
-            for c in cols {
-                let wr = w.row(c);
-                for r in 0..m {
-                    out.put(r, c, dot_f_scalar(kind, wr, xrow(r)));
+            _ => {
+                for c in cols {
+                    let wr = w.row(c);
+                    for r in 0..m {
+                        out.put(r, c, dot_f_scalar(kind, wr, xrow(r)));
+                    }
                 }
             }
         }
@@ -618,7 +697,7 @@ pub fn matmul_reference(w: &Weight, x: &[f32], m: usize) -> Vec<f32> {
             quantize_act_row(&x[r * k..(r + 1) * k], &mut acts[r * nb..(r + 1) * nb]);
         }
     }
-    let out = Out { ptr: y.as_mut_ptr(), n: w.n };
+    let out = Out { cells: DisjointSlice::new(&mut y), n: w.n };
     // SAFETY: one thread writes all of 0..w.n into `y`, which outlives the call.
     unsafe { run_cols(SimdLevel::Scalar, w, x, &acts, m, 0..w.n, out) };
     y

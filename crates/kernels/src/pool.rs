@@ -227,6 +227,99 @@ impl Drop for ThreadPool {
     }
 }
 
+/// Write access to one `f32` slice shared by the threads of a pool region,
+/// each writing its own disjoint cells: the one place where the kernels and
+/// the model hand a mutable output to several threads at once.
+#[derive(Clone, Copy)]
+pub struct DisjointSlice<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: the slice is borrowed mutably for 'a, so nothing else touches it;
+// the methods that write require their callers to keep threads on disjoint
+// cells.
+unsafe impl Send for DisjointSlice<'_> {}
+unsafe impl Sync for DisjointSlice<'_> {}
+
+impl<'a> DisjointSlice<'a> {
+    pub fn new(s: &'a mut [f32]) -> Self {
+        DisjointSlice { ptr: s.as_mut_ptr(), len: s.len(), _borrow: std::marker::PhantomData }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Cells `range` as a mutable slice (panics when out of bounds).
+    ///
+    /// # Safety
+    /// While the returned slice lives, no other thread or reference reads or
+    /// writes any cell of `range`.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, range: std::ops::Range<usize>) -> &'a mut [f32] {
+        assert!(range.start <= range.end && range.end <= self.len, "DisjointSlice: {range:?} out of 0..{}", self.len);
+        // SAFETY: in bounds (checked), and exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start) }
+    }
+
+    /// Write cell `i` (checked only in debug builds: this is the store of
+    /// every matmul output).
+    ///
+    /// # Safety
+    /// `i < self.len()`, and no other thread reads or writes cell `i` during
+    /// the region.
+    #[inline(always)]
+    pub unsafe fn write(&self, i: usize, v: f32) {
+        debug_assert!(i < self.len, "DisjointSlice: cell {i} out of 0..{}", self.len);
+        // SAFETY: in bounds and exclusive by the caller's contract.
+        unsafe { *self.ptr.add(i) = v };
+    }
+}
+
+impl ThreadPool {
+    /// Run `out.len() / len` units of work over the pool's threads, unit `u`
+    /// writing piece `piece(u)` of `out` (pieces of `len` cells, in order).
+    /// The units are divided among the threads in contiguous ranges, so a
+    /// thread may order them for its caches through `piece`; `init` makes
+    /// each thread's scratch state. Panics unless `piece` maps the units one
+    /// to one onto the pieces, which is what makes the writes disjoint.
+    pub fn run_pieces<S>(
+        &self,
+        out: &mut [f32],
+        len: usize,
+        piece: impl Fn(usize) -> usize + Sync,
+        init: impl Fn() -> S + Sync,
+        f: impl Fn(&mut S, usize, &mut [f32]) + Sync,
+    ) {
+        let units = out.len().checked_div(len).unwrap_or(0);
+        assert_eq!(units * len, out.len(), "run_pieces: output is not whole pieces");
+        let mut taken = vec![false; units];
+        for u in 0..units {
+            let p = piece(u);
+            assert!(p < units && !taken[p], "run_pieces: piece({u}) = {p} is out of range or taken twice");
+            taken[p] = true;
+        }
+        let out = DisjointSlice::new(out);
+        self.run(|t, nt| {
+            let mut state = init();
+            for u in split_range(units, nt, t, 1) {
+                let p = piece(u);
+                // SAFETY: `piece` is one to one (checked above) and the unit
+                // ranges of the threads are disjoint, so no two live slices
+                // share a cell.
+                let chunk = unsafe { out.slice_mut(p * len..(p + 1) * len) };
+                f(&mut state, u, chunk);
+            }
+        });
+    }
+}
+
 /// Split `0..n` into `parts` contiguous ranges whose starts are multiples of `align`.
 pub fn split_range(n: usize, parts: usize, index: usize, align: usize) -> std::ops::Range<usize> {
     let units = n.div_ceil(align);
@@ -240,6 +333,37 @@ pub fn split_range(n: usize, parts: usize, index: usize, align: usize) -> std::o
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_pieces_writes_each_piece_once() {
+        for threads in 1..=3 {
+            let pool = ThreadPool::new(threads);
+            let mut out = vec![0f32; 12 * 4];
+            // head-major order over 3 rows × 4 heads, as attention does
+            pool.run_pieces(
+                &mut out,
+                4,
+                |u| (u % 3) * 4 + u / 3,
+                || 0usize,
+                |n, u, c| {
+                    *n += 1;
+                    c.iter_mut().for_each(|v| *v += u as f32 + 1.0);
+                },
+            );
+            for u in 0..12 {
+                let p = (u % 3) * 4 + u / 3;
+                assert!(out[p * 4..(p + 1) * 4].iter().all(|&v| v == u as f32 + 1.0), "threads {threads} unit {u}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "taken twice")]
+    fn run_pieces_rejects_a_map_that_is_not_one_to_one() {
+        let pool = ThreadPool::new(2);
+        let mut out = vec![0f32; 8];
+        pool.run_pieces(&mut out, 2, |u| u / 2, || (), |_, _, _| {});
+    }
 
     #[test]
     fn runs_every_index_once() {

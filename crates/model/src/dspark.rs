@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use tandem_gguf::{GgmlType, Gguf, Value};
 use tandem_kernels::matmul::{matmul, matmul_many};
-use tandem_kernels::pool::split_range;
 use tandem_kernels::{ops, ThreadPool};
 
 use crate::kv::KvCache;
@@ -1097,12 +1096,6 @@ pub struct MarkovInput {
     hint: Option<(u32, usize)>,
 }
 
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: each (row, head) unit writes only its own head_dim slice.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
 /// Non-causal attention of `n` block rows over cache rows `0..n_ctx` (the
 /// context and the whole block).
 #[allow(clippy::too_many_arguments)]
@@ -1111,24 +1104,21 @@ fn block_attention(pool: &ThreadPool, c: &DSparkConfig, cache: &KvCache, layer: 
     let (hd, kvd, qd) = (c.head_dim, c.kv_dim(), c.q_dim());
     let group = c.n_head / c.n_kv_head;
     let scale = 1.0 / (hd as f32).sqrt();
-    let units = n * c.n_head;
-    let optr = OutPtr(out.as_mut_ptr());
-    pool.run(|t, nt| {
-        // the Send wrapper, not its raw-pointer field (closures capture fields)
-        #[allow(clippy::redundant_locals)]
-        let optr = optr;
-        let mut sc = vec![0f32; n_ctx];
-        for u in split_range(units, nt, t, 1) {
+    // unit u is head u % n_head of row u / n_head: the pieces in order
+    pool.run_pieces(
+        &mut out[..n * qd],
+        hd,
+        |u| u,
+        || vec![0f32; n_ctx],
+        |sc, u, o| {
             let (i, h) = (u / c.n_head, u % c.n_head);
             let kvh = h / group;
             let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
             // key and value head kvh of rows 0..n_ctx, in order (see llama's attention)
-            ops::dot_rows(qh, kc, kvd, kvh * hd, scale, &mut sc);
-            ops::softmax_inplace(&mut sc);
-            // SAFETY: unit u owns out[i*qd + h*hd .. +hd].
-            let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(i * qd + h * hd), hd) };
+            ops::dot_rows(qh, kc, kvd, kvh * hd, scale, sc);
+            ops::softmax_inplace(sc);
             o.iter_mut().for_each(|v| *v = 0.0);
-            ops::axpy_rows(o, &sc, vc, kvd, kvh * hd);
-        }
-    });
+            ops::axpy_rows(o, sc, vc, kvd, kvh * hd);
+        },
+    );
 }

@@ -7,6 +7,8 @@
 //! on how many positions were evaluated with it: speculative verification can
 //! use them directly and roll back by truncating the cache.
 
+#![forbid(unsafe_code)]
+
 mod config;
 pub mod dspark;
 mod error;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use tandem_gguf::Gguf;
 use tandem_kernels::matmul::{matmul, matmul_many};
 use tandem_kernels::ops;
-use tandem_kernels::pool::split_range;
 use tandem_kernels::ThreadPool;
 
 use crate::config::{Config, RopeStyle};
@@ -451,12 +450,6 @@ fn rope(style: RopeStyle, x: &mut [f32], cs: &[(f32, f32)]) {
     }
 }
 
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: each (row, head) unit writes only its own head_dim slice.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
 /// The cache(s) a forward pass appends to.
 pub(crate) enum Kv<'a, 'b> {
     /// One sequence: the rows are consecutive positions `len..len+m`.
@@ -486,33 +479,31 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
     let qd = cfg.q_dim();
     let group = cfg.n_head / cfg.n_kv_head;
     let scale = 1.0 / (hd as f32).sqrt();
-    let units = m * cfg.n_head;
-    let optr = OutPtr(out.as_mut_ptr());
-    pool.run(|t, nt| {
-        // the Send wrapper, not its raw-pointer field (closures capture fields)
-        #[allow(clippy::redundant_locals)]
-        let optr = optr;
-        SCORES.with(|sc| {
-            let mut sc = sc.borrow_mut();
-            for u in split_range(units, nt, t, 1) {
-                // head-major: a thread's units share key/value heads across
-                // the rows of a verify batch, so the cache lines that one row
-                // brings in serve the next from this core's cache
-                let (h, i) = (u / m, u % m);
-                let (cache, pos) = kv.row(i);
-                let (kc, vc) = cache.layer(layer);
-                let kvh = h / group;
-                let n_ctx = pos + 1;
-                let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
+    let nh = cfg.n_head;
+    // unit u is head u / m of row u % m: head-major, so that a thread's units
+    // share key/value heads across the rows of a verify batch and the cache
+    // lines one row brings in serve the next from this core's cache
+    pool.run_pieces(
+        &mut out[..m * qd],
+        hd,
+        |u| (u % m) * nh + u / m,
+        || (),
+        |_, u, o| {
+            let (h, i) = (u / m, u % m);
+            let (cache, pos) = kv.row(i);
+            let (kc, vc) = cache.layer(layer);
+            let kvh = h / group;
+            let n_ctx = pos + 1;
+            let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
+            SCORES.with(|sc| {
+                let mut sc = sc.borrow_mut();
                 sc.resize(n_ctx, 0.0);
                 // key and value head kvh of positions 0..n_ctx, in order
                 ops::dot_rows(qh, kc, kvd, kvh * hd, scale, &mut sc[..n_ctx]);
                 ops::softmax_inplace(&mut sc[..n_ctx]);
-                // SAFETY: unit u owns out[i*qd + h*hd .. +hd].
-                let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(i * qd + h * hd), hd) };
                 o.iter_mut().for_each(|v| *v = 0.0);
                 ops::axpy_rows(o, &sc[..n_ctx], vc, kvd, kvh * hd);
-            }
-        });
-    });
+            });
+        },
+    );
 }

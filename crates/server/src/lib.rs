@@ -13,6 +13,8 @@
 //! - Responses carry a `tandem` extension object: timings, prefix reuse and the
 //!   request's speculative figures (drafted / accepted tokens).
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod http;
 mod metrics;

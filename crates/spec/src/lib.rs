@@ -12,6 +12,8 @@
 //!   tokens per second from measured verify costs and acceptance estimates.
 //! - [`Speculator`]: runs one cycle on a model and its cache.
 
+#![forbid(unsafe_code)]
+
 pub mod draft_model;
 pub mod drafter;
 pub mod dspark;

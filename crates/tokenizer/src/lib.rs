@@ -6,6 +6,8 @@
 //! any divergence changes what the model sees. Where llama.cpp has a quirk, we
 //! reproduce it and say so.
 
+#![forbid(unsafe_code)]
+
 mod chat;
 mod pretok;
 mod stream;

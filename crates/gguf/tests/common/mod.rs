@@ -33,17 +33,25 @@ fn note(size: usize) {
 }
 
 unsafe impl GlobalAlloc for Tracking {
+    /// # Safety
+    /// As [`GlobalAlloc::alloc`], which this forwards to `System`.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
         unsafe { System.alloc(layout) }
     }
+    /// # Safety
+    /// As [`GlobalAlloc::alloc_zeroed`], which this forwards to `System`.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
         unsafe { System.alloc_zeroed(layout) }
     }
+    /// # Safety
+    /// As [`GlobalAlloc::dealloc`], which this forwards to `System`.
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) }
     }
+    /// # Safety
+    /// As [`GlobalAlloc::realloc`], which this forwards to `System`.
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note(new_size);
         unsafe { System.realloc(ptr, layout, new_size) }

@@ -32,148 +32,178 @@ use crate::quant::ActBlock;
 use crate::simd::{prefetch_stream, STREAM_AHEAD};
 
 /// Two 16-byte halves (group 0's, group 1's) as one 256-bit vector.
+///
+/// # Safety
+/// `p0` and `p1` are valid for 16 bytes each.
 #[inline(always)]
 unsafe fn pair128(p0: *const u8, p1: *const u8) -> __m256i {
-    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(p0 as *const __m128i)), _mm_loadu_si128(p1 as *const __m128i))
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(p0 as *const __m128i)), _mm_loadu_si128(p1 as *const __m128i))
+    }
 }
 
 /// Two 32-byte halves (group 0's, group 1's) as one 512-bit vector.
+///
+/// # Safety
+/// AVX512F available; `p0` and `p1` are valid for 32 bytes each.
 #[inline(always)]
 unsafe fn pair256(p0: *const u8, p1: *const u8) -> __m512i {
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(p0 as *const __m256i)), _mm256_loadu_si256(p1 as *const __m256i))
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(p0 as *const __m256i)), _mm256_loadu_si256(p1 as *const __m256i))
+    }
 }
 
 /// Q4x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
 /// per lane the same operations as `vnni::dot_q4x8`.
+///
+/// # Safety
+/// The module's features available (`simd::wide`); `g0` and `g1` hold `a[0].len()` group blocks each and every `a[m]` as many activation blocks.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn dot_q4x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-    let nb = a[0].len();
-    debug_assert!(g0.len() >= nb * Q4X8_BLOCK && g1.len() >= nb * Q4X8_BLOCK);
-    let m4 = _mm512_set1_epi8(0x0F);
-    let mut acc = [_mm512_setzero_ps(); MR];
-    let mut summ = [_mm512_setzero_ps(); MR];
-    for b in 0..nb {
-        let p0 = g0.as_ptr().add(b * Q4X8_BLOCK);
-        let p1 = g1.as_ptr().add(b * Q4X8_BLOCK);
-        prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
-        prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
-        let dv = _mm512_cvtph_ps(pair128(p0, p1));
-        let mv = _mm512_cvtph_ps(pair128(p0.add(16), p1.add(16)));
-        let mut r = [_mm512_setzero_si512(); 8];
-        for j in 0..4 {
-            let pj = pair256(p0.add(32 + 32 * j), p1.add(32 + 32 * j));
-            r[j] = _mm512_and_si512(pj, m4);
-            r[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let nb = a[0].len();
+        debug_assert!(g0.len() >= nb * Q4X8_BLOCK && g1.len() >= nb * Q4X8_BLOCK);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mut acc = [_mm512_setzero_ps(); MR];
+        let mut summ = [_mm512_setzero_ps(); MR];
+        for b in 0..nb {
+            let p0 = g0.as_ptr().add(b * Q4X8_BLOCK);
+            let p1 = g1.as_ptr().add(b * Q4X8_BLOCK);
+            prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
+            prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
+            let dv = _mm512_cvtph_ps(pair128(p0, p1));
+            let mv = _mm512_cvtph_ps(pair128(p0.add(16), p1.add(16)));
+            let mut r = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let pj = pair256(p0.add(32 + 32 * j), p1.add(32 + 32 * j));
+                r[j] = _mm512_and_si512(pj, m4);
+                r[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
+            }
+            for m in 0..MR {
+                let ab = a[m].get_unchecked(b);
+                let q = ab.qs.as_ptr() as *const i32;
+                let mut s0 = _mm512_setzero_si512();
+                let mut s1 = _mm512_setzero_si512();
+                for j in (0..8).step_by(2) {
+                    s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
+                    s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
+                }
+                let isum = _mm512_add_epi32(s0, s1);
+                let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[m]);
+                summ[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(ab.s), summ[m]);
+            }
         }
         for m in 0..MR {
-            let ab = a[m].get_unchecked(b);
-            let q = ab.qs.as_ptr() as *const i32;
-            let mut s0 = _mm512_setzero_si512();
-            let mut s1 = _mm512_setzero_si512();
-            for j in (0..8).step_by(2) {
-                s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
-                s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
-            }
-            let isum = _mm512_add_epi32(s0, s1);
-            let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
-            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[m]);
-            summ[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(ab.s), summ[m]);
+            _mm512_storeu_ps(out[m].as_mut_ptr(), _mm512_add_ps(acc[m], summ[m]));
         }
-    }
-    for m in 0..MR {
-        _mm512_storeu_ps(out[m].as_mut_ptr(), _mm512_add_ps(acc[m], summ[m]));
     }
 }
 
 /// Q5x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
 /// per lane the unpacking of `unpack_q5x8_block` and the operations of
 /// `vnni::dot_q5x8`.
+///
+/// # Safety
+/// The module's features available (`simd::wide`); `g0` and `g1` hold `a[0].len()` group blocks each and every `a[m]` as many activation blocks.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn dot_q5x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-    let nb = a[0].len();
-    debug_assert!(g0.len() >= nb * Q5X8_BLOCK && g1.len() >= nb * Q5X8_BLOCK);
-    let m4 = _mm512_set1_epi8(0x0F);
-    let b4 = _mm512_set1_epi8(0x10);
-    let mut acc = [_mm512_setzero_ps(); MR];
-    for b in 0..nb {
-        let p0 = g0.as_ptr().add(b * Q5X8_BLOCK);
-        let p1 = g1.as_ptr().add(b * Q5X8_BLOCK);
-        prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q5X8_BLOCK);
-        prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q5X8_BLOCK);
-        let dv = _mm512_cvtph_ps(pair128(p0, p1));
-        let hv = pair256(p0.add(16), p1.add(16));
-        let fifth = [
-            _mm512_slli_epi16::<4>(hv),
-            _mm512_slli_epi16::<3>(hv),
-            _mm512_slli_epi16::<2>(hv),
-            _mm512_slli_epi16::<1>(hv),
-            hv,
-            _mm512_srli_epi16::<1>(hv),
-            _mm512_srli_epi16::<2>(hv),
-            _mm512_srli_epi16::<3>(hv),
-        ];
-        let mut r = [_mm512_setzero_si512(); 8];
-        for j in 0..4 {
-            let pj = pair256(p0.add(48 + 32 * j), p1.add(48 + 32 * j));
-            let lo = _mm512_and_si512(pj, m4);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
-            r[j] = _mm512_or_si512(lo, _mm512_and_si512(fifth[j], b4));
-            r[j + 4] = _mm512_or_si512(hi, _mm512_and_si512(fifth[j + 4], b4));
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let nb = a[0].len();
+        debug_assert!(g0.len() >= nb * Q5X8_BLOCK && g1.len() >= nb * Q5X8_BLOCK);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let b4 = _mm512_set1_epi8(0x10);
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for b in 0..nb {
+            let p0 = g0.as_ptr().add(b * Q5X8_BLOCK);
+            let p1 = g1.as_ptr().add(b * Q5X8_BLOCK);
+            prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q5X8_BLOCK);
+            prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q5X8_BLOCK);
+            let dv = _mm512_cvtph_ps(pair128(p0, p1));
+            let hv = pair256(p0.add(16), p1.add(16));
+            let fifth = [
+                _mm512_slli_epi16::<4>(hv),
+                _mm512_slli_epi16::<3>(hv),
+                _mm512_slli_epi16::<2>(hv),
+                _mm512_slli_epi16::<1>(hv),
+                hv,
+                _mm512_srli_epi16::<1>(hv),
+                _mm512_srli_epi16::<2>(hv),
+                _mm512_srli_epi16::<3>(hv),
+            ];
+            let mut r = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let pj = pair256(p0.add(48 + 32 * j), p1.add(48 + 32 * j));
+                let lo = _mm512_and_si512(pj, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
+                r[j] = _mm512_or_si512(lo, _mm512_and_si512(fifth[j], b4));
+                r[j + 4] = _mm512_or_si512(hi, _mm512_and_si512(fifth[j + 4], b4));
+            }
+            for m in 0..MR {
+                let ab = a[m].get_unchecked(b);
+                let q = ab.qs.as_ptr() as *const i32;
+                let mut s0 = _mm512_setzero_si512();
+                let mut s1 = _mm512_setzero_si512();
+                for j in (0..8).step_by(2) {
+                    s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
+                    s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
+                }
+                let exact = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(16 * ab.sum));
+                let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), dd, acc[m]);
+            }
         }
         for m in 0..MR {
-            let ab = a[m].get_unchecked(b);
-            let q = ab.qs.as_ptr() as *const i32;
-            let mut s0 = _mm512_setzero_si512();
-            let mut s1 = _mm512_setzero_si512();
-            for j in (0..8).step_by(2) {
-                s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
-                s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
-            }
-            let exact = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(16 * ab.sum));
-            let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
-            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), dd, acc[m]);
+            _mm512_storeu_ps(out[m].as_mut_ptr(), acc[m]);
         }
-    }
-    for m in 0..MR {
-        _mm512_storeu_ps(out[m].as_mut_ptr(), acc[m]);
     }
 }
 
 /// Q8x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
 /// the integer sums of `vnni::dot_q8x8` by the unsigned-weight route (see
 /// the module docs), then its float operations.
+///
+/// # Safety
+/// The module's features available (`simd::wide`); `g0` and `g1` hold `a[0].len()` group blocks each and every `a[m]` as many activation blocks.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn dot_q8x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-    let nb = a[0].len();
-    debug_assert!(g0.len() >= nb * Q8X8_BLOCK && g1.len() >= nb * Q8X8_BLOCK);
-    let flip = _mm512_set1_epi8(0x80u8 as i8);
-    let mut acc = [_mm512_setzero_ps(); MR];
-    for b in 0..nb {
-        let p0 = g0.as_ptr().add(b * Q8X8_BLOCK);
-        let p1 = g1.as_ptr().add(b * Q8X8_BLOCK);
-        prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q8X8_BLOCK);
-        prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q8X8_BLOCK);
-        let dv = _mm512_cvtph_ps(pair128(p0, p1));
-        let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
-        let mut isum = [_mm512_setzero_si512(); MR];
-        for j in 0..8 {
-            let u = _mm512_xor_si512(pair256(p0.add(16 + 32 * j), p1.add(16 + 32 * j)), flip);
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let nb = a[0].len();
+        debug_assert!(g0.len() >= nb * Q8X8_BLOCK && g1.len() >= nb * Q8X8_BLOCK);
+        let flip = _mm512_set1_epi8(0x80u8 as i8);
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for b in 0..nb {
+            let p0 = g0.as_ptr().add(b * Q8X8_BLOCK);
+            let p1 = g1.as_ptr().add(b * Q8X8_BLOCK);
+            prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q8X8_BLOCK);
+            prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q8X8_BLOCK);
+            let dv = _mm512_cvtph_ps(pair128(p0, p1));
+            let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+            let mut isum = [_mm512_setzero_si512(); MR];
+            for j in 0..8 {
+                let u = _mm512_xor_si512(pair256(p0.add(16 + 32 * j), p1.add(16 + 32 * j)), flip);
+                for m in 0..MR {
+                    isum[m] = _mm512_dpbusd_epi32(isum[m], u, _mm512_set1_epi32(q[m].add(j).read_unaligned()));
+                }
+            }
             for m in 0..MR {
-                isum[m] = _mm512_dpbusd_epi32(isum[m], u, _mm512_set1_epi32(q[m].add(j).read_unaligned()));
+                let ab = a[m].get_unchecked(b);
+                let exact = _mm512_sub_epi32(isum[m], _mm512_set1_epi32(128 * ab.sum));
+                let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), dd, acc[m]);
             }
         }
         for m in 0..MR {
-            let ab = a[m].get_unchecked(b);
-            let exact = _mm512_sub_epi32(isum[m], _mm512_set1_epi32(128 * ab.sum));
-            let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
-            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), dd, acc[m]);
+            _mm512_storeu_ps(out[m].as_mut_ptr(), acc[m]);
         }
-    }
-    for m in 0..MR {
-        _mm512_storeu_ps(out[m].as_mut_ptr(), acc[m]);
     }
 }
 

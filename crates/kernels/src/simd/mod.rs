@@ -75,14 +75,20 @@ pub(crate) const STREAM_AHEAD: usize = 2048;
 /// fault, so `p` may point past the end of the weights. One-row decode reads
 /// each weight once, and on the machines measured the hardware prefetcher
 /// alone left the packed kernels well below the memory stream.
+///
+/// # Safety
+/// SSE available (every x86-64 CPU). A prefetch is a hint and cannot fault, so `p` may point past the end of the weights.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn prefetch_stream(p: *const u8, len: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let mut o = 0;
-    while o < len {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
-        o += 64;
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut o = 0;
+        while o < len {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+            o += 64;
+        }
     }
 }
 

@@ -25,103 +25,65 @@ macro_rules! vnni_kernels {
         use crate::quant::ActBlock;
 
         /// Packed Q4x8 kernel; same contract and bits as `avx2::dot_q4x8`.
+        ///
+        /// # Safety
+        /// As `avx2::dot_q4x8`, and this module's VNNI encoding available.
         #[inline]
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn dot_q4x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-            use crate::pack::Q4X8_BLOCK;
-            let nb = a[0].len();
-            debug_assert!(grp.len() >= nb * Q4X8_BLOCK);
-            let m4 = _mm256_set1_epi8(0x0F);
-            let mut acc = [_mm256_setzero_ps(); MR];
-            let mut summ = [_mm256_setzero_ps(); MR];
-            for b in 0..nb {
-                let p = grp.as_ptr().add(b * Q4X8_BLOCK);
-                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q4X8_BLOCK);
-                let (dv, mv, r) = unpack_q4x8_block!(p, m4);
-                for m in 0..MR {
-                    let ab = a[m].get_unchecked(b);
-                    let q = ab.qs.as_ptr() as *const i32;
-                    // two independent chains (even and odd words), summed exactly
-                    let mut s0 = _mm256_setzero_si256();
-                    let mut s1 = _mm256_setzero_si256();
-                    for j in (0..8).step_by(2) {
-                        s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
-                        s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+            // SAFETY: the caller upholds this function's `# Safety` contract.
+            unsafe {
+                use crate::pack::Q4X8_BLOCK;
+                let nb = a[0].len();
+                debug_assert!(grp.len() >= nb * Q4X8_BLOCK);
+                let m4 = _mm256_set1_epi8(0x0F);
+                let mut acc = [_mm256_setzero_ps(); MR];
+                let mut summ = [_mm256_setzero_ps(); MR];
+                for b in 0..nb {
+                    let p = grp.as_ptr().add(b * Q4X8_BLOCK);
+                    crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q4X8_BLOCK);
+                    let (dv, mv, r) = unpack_q4x8_block!(p, m4);
+                    for m in 0..MR {
+                        let ab = a[m].get_unchecked(b);
+                        let q = ab.qs.as_ptr() as *const i32;
+                        // two independent chains (even and odd words), summed exactly
+                        let mut s0 = _mm256_setzero_si256();
+                        let mut s1 = _mm256_setzero_si256();
+                        for j in (0..8).step_by(2) {
+                            s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
+                            s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+                        }
+                        let isum = _mm256_add_epi32(s0, s1);
+                        let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+                        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+                        summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ab.s), summ[m]);
                     }
-                    let isum = _mm256_add_epi32(s0, s1);
-                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
-                    summ[m] = _mm256_fmadd_ps(mv, _mm256_set1_ps(ab.s), summ[m]);
                 }
-            }
-            for m in 0..MR {
-                _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+                for m in 0..MR {
+                    _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+                }
             }
         }
 
         /// Packed Q5x8 kernel; same contract and bits as `avx2::dot_q5x8`:
         /// `vpdpbusd` takes the unsigned 5-bit values as they are, and
         /// `16 · Σ a` is subtracted per block.
+        ///
+        /// # Safety
+        /// As `avx2::dot_q5x8`, and this module's VNNI encoding available.
         #[inline]
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn dot_q5x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-            use crate::pack::Q5X8_BLOCK;
-            let nb = a[0].len();
-            debug_assert!(grp.len() >= nb * Q5X8_BLOCK);
-            let mut acc = [_mm256_setzero_ps(); MR];
-            for b in 0..nb {
-                let p = grp.as_ptr().add(b * Q5X8_BLOCK);
-                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q5X8_BLOCK);
-                let (dv, r) = unpack_q5x8_block!(p);
-                for m in 0..MR {
-                    let ab = a[m].get_unchecked(b);
-                    let q = ab.qs.as_ptr() as *const i32;
-                    let mut s0 = _mm256_setzero_si256();
-                    let mut s1 = _mm256_setzero_si256();
-                    for j in (0..8).step_by(2) {
-                        s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
-                        s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
-                    }
-                    let exact = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(16 * ab.sum));
-                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), dd, acc[m]);
-                }
-            }
-            for m in 0..MR {
-                _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
-            }
-        }
-
-        /// Packed Q4Kx8 kernel; same contract and bits as `avx2::dot_q4kx8`
-        /// (`vpdpbusd` takes the nibbles as they are).
-        #[inline]
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn dot_q4kx8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-            use crate::pack::Q4KX8_SUPER;
-            let nb = a[0].len();
-            debug_assert!(nb % 8 == 0 && grp.len() >= nb / 8 * Q4KX8_SUPER);
-            let m4 = _mm256_set1_epi8(0x0F);
-            let neg = _mm256_set1_ps(-0.0);
-            let mut acc = [_mm256_setzero_ps(); MR];
-            let mut summ = [_mm256_setzero_ps(); MR];
-            for sb in 0..nb / 8 {
-                let p = grp.as_ptr().add(sb * Q4KX8_SUPER);
-                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
-                for s in 0..8 {
-                    let b = 8 * sb + s;
-                    let q4 = p.add(160 + 128 * s);
-                    crate::simd::prefetch_stream(q4.wrapping_add(crate::simd::STREAM_AHEAD), 128);
-                    let scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i)));
-                    let mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i)));
-                    let dsc = _mm256_mul_ps(dv, scv);
-                    let dmn = _mm256_xor_ps(_mm256_mul_ps(mv, mnv), neg);
-                    let mut r = [_mm256_setzero_si256(); 8];
-                    for j in 0..4 {
-                        let pj = _mm256_loadu_si256(q4.add(32 * j) as *const __m256i);
-                        r[j] = _mm256_and_si256(pj, m4);
-                        r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
-                    }
+            // SAFETY: the caller upholds this function's `# Safety` contract.
+            unsafe {
+                use crate::pack::Q5X8_BLOCK;
+                let nb = a[0].len();
+                debug_assert!(grp.len() >= nb * Q5X8_BLOCK);
+                let mut acc = [_mm256_setzero_ps(); MR];
+                for b in 0..nb {
+                    let p = grp.as_ptr().add(b * Q5X8_BLOCK);
+                    crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q5X8_BLOCK);
+                    let (dv, r) = unpack_q5x8_block!(p);
                     for m in 0..MR {
                         let ab = a[m].get_unchecked(b);
                         let q = ab.qs.as_ptr() as *const i32;
@@ -131,15 +93,71 @@ macro_rules! vnni_kernels {
                             s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
                             s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
                         }
-                        let isum = _mm256_add_epi32(s0, s1);
-                        let dd = _mm256_mul_ps(dsc, _mm256_set1_ps(ab.d));
-                        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
-                        summ[m] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(ab.s), summ[m]);
+                        let exact = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(16 * ab.sum));
+                        let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+                        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), dd, acc[m]);
                     }
                 }
+                for m in 0..MR {
+                    _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+                }
             }
-            for m in 0..MR {
-                _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+        }
+
+        /// Packed Q4Kx8 kernel; same contract and bits as `avx2::dot_q4kx8`
+        /// (`vpdpbusd` takes the nibbles as they are).
+        ///
+        /// # Safety
+        /// As `avx2::dot_q4kx8`, and this module's VNNI encoding available.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn dot_q4kx8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
+            // SAFETY: the caller upholds this function's `# Safety` contract.
+            unsafe {
+                use crate::pack::Q4KX8_SUPER;
+                let nb = a[0].len();
+                debug_assert!(nb % 8 == 0 && grp.len() >= nb / 8 * Q4KX8_SUPER);
+                let m4 = _mm256_set1_epi8(0x0F);
+                let neg = _mm256_set1_ps(-0.0);
+                let mut acc = [_mm256_setzero_ps(); MR];
+                let mut summ = [_mm256_setzero_ps(); MR];
+                for sb in 0..nb / 8 {
+                    let p = grp.as_ptr().add(sb * Q4KX8_SUPER);
+                    let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                    let mv = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+                    for s in 0..8 {
+                        let b = 8 * sb + s;
+                        let q4 = p.add(160 + 128 * s);
+                        crate::simd::prefetch_stream(q4.wrapping_add(crate::simd::STREAM_AHEAD), 128);
+                        let scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i)));
+                        let mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i)));
+                        let dsc = _mm256_mul_ps(dv, scv);
+                        let dmn = _mm256_xor_ps(_mm256_mul_ps(mv, mnv), neg);
+                        let mut r = [_mm256_setzero_si256(); 8];
+                        for j in 0..4 {
+                            let pj = _mm256_loadu_si256(q4.add(32 * j) as *const __m256i);
+                            r[j] = _mm256_and_si256(pj, m4);
+                            r[j + 4] = _mm256_and_si256(_mm256_srli_epi16(pj, 4), m4);
+                        }
+                        for m in 0..MR {
+                            let ab = a[m].get_unchecked(b);
+                            let q = ab.qs.as_ptr() as *const i32;
+                            let mut s0 = _mm256_setzero_si256();
+                            let mut s1 = _mm256_setzero_si256();
+                            for j in (0..8).step_by(2) {
+                                s0 = $dp(s0, r[j], _mm256_set1_epi32(q.add(j).read_unaligned()));
+                                s1 = $dp(s1, r[j + 1], _mm256_set1_epi32(q.add(j + 1).read_unaligned()));
+                            }
+                            let isum = _mm256_add_epi32(s0, s1);
+                            let dd = _mm256_mul_ps(dsc, _mm256_set1_ps(ab.d));
+                            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+                            summ[m] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(ab.s), summ[m]);
+                        }
+                    }
+                }
+                for m in 0..MR {
+                    _mm256_storeu_ps(out[m].as_mut_ptr(), _mm256_add_ps(acc[m], summ[m]));
+                }
             }
         }
 
@@ -147,37 +165,43 @@ macro_rules! vnni_kernels {
         /// `vpdpbusd` of |w| by the activations carrying w's sign (|w| ≤ 32,
         /// so a 4-product group is at most 4·32·127), the two half sums kept
         /// apart for their sub-scales.
+        ///
+        /// # Safety
+        /// As `avx2::dot_q6x8`, and this module's VNNI encoding available.
         #[inline]
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn dot_q6x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-            use crate::pack::Q6X8_BLOCK;
-            let nb = a[0].len();
-            debug_assert!(grp.len() >= nb * Q6X8_BLOCK);
-            let mut acc = [_mm256_setzero_ps(); MR];
-            for b in 0..nb {
-                let p = grp.as_ptr().add(b * Q6X8_BLOCK);
-                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q6X8_BLOCK);
-                let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
-                let mut half = [[_mm256_setzero_si256(); MR]; 2];
-                for j in 0..8 {
-                    let r = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
-                    let ar = _mm256_sign_epi8(r, r);
+            // SAFETY: the caller upholds this function's `# Safety` contract.
+            unsafe {
+                use crate::pack::Q6X8_BLOCK;
+                let nb = a[0].len();
+                debug_assert!(grp.len() >= nb * Q6X8_BLOCK);
+                let mut acc = [_mm256_setzero_ps(); MR];
+                for b in 0..nb {
+                    let p = grp.as_ptr().add(b * Q6X8_BLOCK);
+                    crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q6X8_BLOCK);
+                    let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+                    let mut half = [[_mm256_setzero_si256(); MR]; 2];
+                    for j in 0..8 {
+                        let r = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+                        let ar = _mm256_sign_epi8(r, r);
+                        for m in 0..MR {
+                            let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
+                            half[j / 4][m] = $dp(half[j / 4][m], ar, _mm256_sign_epi8(av, r));
+                        }
+                    }
+                    let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                    let slo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16) as *const __m128i));
+                    let shi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(24) as *const __m128i));
                     for m in 0..MR {
-                        let av = _mm256_set1_epi32(q[m].add(j).read_unaligned());
-                        half[j / 4][m] = $dp(half[j / 4][m], ar, _mm256_sign_epi8(av, r));
+                        let isum = _mm256_add_epi32(_mm256_mullo_epi32(half[0][m], slo), _mm256_mullo_epi32(half[1][m], shi));
+                        let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
+                        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
                     }
                 }
-                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                let slo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16) as *const __m128i));
-                let shi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(24) as *const __m128i));
                 for m in 0..MR {
-                    let isum = _mm256_add_epi32(_mm256_mullo_epi32(half[0][m], slo), _mm256_mullo_epi32(half[1][m], shi));
-                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(a[m].get_unchecked(b).d));
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc[m]);
+                    _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
                 }
-            }
-            for m in 0..MR {
-                _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
             }
         }
 
@@ -186,35 +210,41 @@ macro_rules! vnni_kernels {
         /// `w + 128` (top bit flipped, shared by the rows) and subtracts
         /// `128 · Σ a` per block, as `avx512::dot_q8x16` does; the integer is
         /// exactly Σ w·a.
+        ///
+        /// # Safety
+        /// As `avx2::dot_q8x8`, and this module's VNNI encoding available.
         #[inline]
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn dot_q8x8<const MR: usize>(grp: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 8]; MR]) {
-            use crate::pack::Q8X8_BLOCK;
-            let nb = a[0].len();
-            debug_assert!(grp.len() >= nb * Q8X8_BLOCK);
-            let flip = _mm256_set1_epi8(0x80u8 as i8);
-            let mut acc = [_mm256_setzero_ps(); MR];
-            for b in 0..nb {
-                let p = grp.as_ptr().add(b * Q8X8_BLOCK);
-                crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q8X8_BLOCK);
-                let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
-                let mut isum = [_mm256_setzero_si256(); MR];
-                for j in 0..8 {
-                    let u = _mm256_xor_si256(_mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i), flip);
+            // SAFETY: the caller upholds this function's `# Safety` contract.
+            unsafe {
+                use crate::pack::Q8X8_BLOCK;
+                let nb = a[0].len();
+                debug_assert!(grp.len() >= nb * Q8X8_BLOCK);
+                let flip = _mm256_set1_epi8(0x80u8 as i8);
+                let mut acc = [_mm256_setzero_ps(); MR];
+                for b in 0..nb {
+                    let p = grp.as_ptr().add(b * Q8X8_BLOCK);
+                    crate::simd::prefetch_stream(p.wrapping_add(crate::simd::STREAM_AHEAD), Q8X8_BLOCK);
+                    let dv = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                    let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+                    let mut isum = [_mm256_setzero_si256(); MR];
+                    for j in 0..8 {
+                        let u = _mm256_xor_si256(_mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i), flip);
+                        for m in 0..MR {
+                            isum[m] = $dp(isum[m], u, _mm256_set1_epi32(q[m].add(j).read_unaligned()));
+                        }
+                    }
                     for m in 0..MR {
-                        isum[m] = $dp(isum[m], u, _mm256_set1_epi32(q[m].add(j).read_unaligned()));
+                        let ab = a[m].get_unchecked(b);
+                        let exact = _mm256_sub_epi32(isum[m], _mm256_set1_epi32(128 * ab.sum));
+                        let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
+                        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), dd, acc[m]);
                     }
                 }
                 for m in 0..MR {
-                    let ab = a[m].get_unchecked(b);
-                    let exact = _mm256_sub_epi32(isum[m], _mm256_set1_epi32(128 * ab.sum));
-                    let dd = _mm256_mul_ps(dv, _mm256_set1_ps(ab.d));
-                    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), dd, acc[m]);
+                    _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
                 }
-            }
-            for m in 0..MR {
-                _mm256_storeu_ps(out[m].as_mut_ptr(), acc[m]);
             }
         }
     };
