@@ -11,6 +11,7 @@ mod chat;
 mod inspect;
 mod quantize;
 mod serve;
+#[cfg(feature = "train")]
 mod train;
 mod verify;
 
@@ -46,7 +47,10 @@ fn run(cli: Cli) -> Result<()> {
         Some(Cmd::Bench(b)) => bench::run(&b),
         Some(Cmd::Perplexity(p)) => bench::perplexity_cmd(&p),
         Some(Cmd::VerifySpec(v)) => verify::run(&v),
+        #[cfg(feature = "train")]
         Some(Cmd::Train(t)) => train::run(t),
+        #[cfg(not(feature = "train"))]
+        Some(Cmd::Train(_)) => anyhow::bail!("this tandem was built without training; rebuild with `--features train` (the default)"),
         Some(Cmd::Serve(s)) => serve::run(&s),
         Some(Cmd::Fetch { name }) => {
             let spec = match name.as_deref() {

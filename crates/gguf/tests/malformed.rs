@@ -514,9 +514,10 @@ fn odd_but_harmless_inputs() {
 }
 
 #[test]
-fn absurd_inputs_finish_fast() {
-    // All of the above kinds of absurd header, in one loop, well under a second.
-    let t0 = std::time::Instant::now();
+fn absurd_counts_are_rejected_without_allocating_for_them() {
+    // Every kind of absurd count above, at four sizes: each parse fails with a
+    // typed error, and `parse_err` bounds its largest allocation by the input
+    // size, so no count is believed before the bytes behind it are there.
     for n in [u64::MAX, 1 << 40, 1 << 32, 1 << 20] {
         for f in [
             Raw::new().n_kv(n).build(),
@@ -528,5 +529,4 @@ fn absurd_inputs_finish_fast() {
             parse_err(f);
         }
     }
-    eprintln!("absurd inputs: {:?}", t0.elapsed());
 }
