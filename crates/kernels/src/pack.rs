@@ -113,6 +113,12 @@ pub(crate) fn q4x8_value(blk: &[u8], c: usize, e: usize) -> u8 {
     }
 }
 
+/// The exact integer Σ q·a of column `c` of a Q4x8-arranged block.
+#[inline(always)]
+fn q4x8_isum(blk: &[u8], c: usize, qs: &[i8; 32]) -> i32 {
+    (0..32).map(|e| q4x8_value(blk, c, e) as i32 * qs[e] as i32).sum()
+}
+
 /// Dequantize row `r` of a packed matrix.
 pub fn q4x8_row_f32(data: &[u8], k: usize, r: usize, out: &mut [f32]) {
     let nb = k / 32;
@@ -138,10 +144,7 @@ pub fn dot_q4x8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::Act
         let blk = &data[(g * nb + b) * Q4X8_BLOCK..][..Q4X8_BLOCK];
         let d = crate::quant::f16_to_f32(u16::from_le_bytes([blk[2 * c], blk[2 * c + 1]]));
         let m = crate::quant::f16_to_f32(u16::from_le_bytes([blk[16 + 2 * c], blk[17 + 2 * c]]));
-        let mut isum = 0i32;
-        for e in 0..32 {
-            isum += q4x8_value(blk, c, e) as i32 * ab.qs[e] as i32;
-        }
+        let isum = q4x8_isum(blk, c, &ab.qs);
         acc = (isum as f32).mul_add(d * ab.d, acc);
         summ = m.mul_add(ab.s, summ);
     }
@@ -334,10 +337,7 @@ pub fn dot_q4kx8_scalar(data: &[u8], k: usize, col: usize, a: &[crate::quant::Ac
         let s = b % 8;
         let (d, m) = q4kx8_scales(sup, c, s);
         let blk = &sup[160 + 128 * s - 32..];
-        let mut isum = 0i32;
-        for e in 0..32 {
-            isum += q4x8_value(blk, c, e) as i32 * ab.qs[e] as i32;
-        }
+        let isum = q4x8_isum(blk, c, &ab.qs);
         acc = (isum as f32).mul_add(d * ab.d, acc);
         summ = m.mul_add(ab.s, summ);
     }
