@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
 use tandem_engine::{Engine, GenParams, SamplerParams, Session};
-use tandem_spec::drafter::{Draft, Drafter};
-use tandem_spec::sampling::{Rng, SamplerParams as Sp};
-use tandem_spec::{SpecConfig, SpecError, Speculator};
+use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::sampling::{Rng, SamplerParams as Sp};
+use tandem_speculative::{SpecConfig, SpecError, Speculator};
 use tandem_tokenizer::ChatMessage;
 
 /// Proposes tokens that are never the target's choice (a rarely used id).

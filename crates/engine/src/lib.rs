@@ -16,6 +16,6 @@ pub mod speculation;
 pub use session::{Engine, EngineError, GenParams, GenStats, Session, StopReason};
 pub use speculation::SpecOptions;
 /// Sampling lives with speculation (exact acceptance needs the final distribution).
-pub use tandem_spec::sampling;
-pub use tandem_spec::sampling::{Sampler, SamplerParams};
-pub use tandem_spec::{SpecStats, Speculator};
+pub use tandem_speculative::sampling;
+pub use tandem_speculative::sampling::{Sampler, SamplerParams};
+pub use tandem_speculative::{SpecStats, Speculator};

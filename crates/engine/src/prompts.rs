@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tandem_spec::{SpecStats, Speculator};
+use tandem_speculative::{SpecStats, Speculator};
 use tandem_tokenizer::ChatMessage;
 
 use crate::{Engine, EngineError, GenParams, GenStats, SamplerParams, Session, SpecOptions};
@@ -607,7 +607,7 @@ pub fn run_prompt_bench(
     let n_predict = n_predict.max(1);
     let tokenized: Vec<Vec<u32>> = prompts.iter().map(|p| p.tokenize(engine)).collect::<Result<_, _>>()?;
     let longest = tokenized.iter().map(|t| t.len()).max().unwrap_or(1);
-    let ctx = ctx.unwrap_or(longest + n_predict + tandem_spec::MAX_DRAFT + 2);
+    let ctx = ctx.unwrap_or(longest + n_predict + tandem_speculative::MAX_DRAFT + 2);
     if let Some((i, t)) = tokenized.iter().enumerate().find(|(_, t)| t.len() >= ctx) {
         return Err(PromptError::TooLong { id: prompts[i].id.clone(), tokens: t.len(), ctx });
     }

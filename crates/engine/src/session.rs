@@ -7,7 +7,7 @@ use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 use tandem_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
 
 use crate::sampling::{Sampler, SamplerParams};
-use tandem_spec::{SpecError, Speculator};
+use tandem_speculative::{SpecError, Speculator};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tandem_gguf::Gguf;
 use tandem_model::support::detect_kind;
 use tandem_model::{DSparkModel, MtpHead, SupportError, SupportKind, TargetId};
-use tandem_spec::{
+use tandem_speculative::{
     DSparkDrafter, DSparkOptions, DraftModel, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError,
     Speculator,
 };
@@ -103,10 +103,10 @@ impl Engine {
         }
         let default_k = if o.lookup.is_some() { LOOKUP_DEFAULT_DRAFT } else { 6 };
         let k = o.max_draft.unwrap_or(default_k);
-        if k == 0 || k > tandem_spec::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("draft length {k} out of range 1..={}", tandem_spec::MAX_DRAFT)).into());
+        if k == 0 || k > tandem_speculative::MAX_DRAFT {
+            return Err(SpecError::BadOption(format!("draft length {k} out of range 1..={}", tandem_speculative::MAX_DRAFT)).into());
         }
-        let drafter: Box<dyn tandem_spec::Drafter> = if let Some((lo, hi)) = o.lookup {
+        let drafter: Box<dyn tandem_speculative::Drafter> = if let Some((lo, hi)) = o.lookup {
             Box::new(NgramDrafter::new(lo, hi, k)?)
         } else if let Some(path) = &o.draft_model {
             if !path.exists() {
@@ -197,8 +197,8 @@ impl Engine {
         }
         // with --lookup in front, --draft-max is the lookup's length
         let k = o.mtp_draft.or(o.max_draft.filter(|_| o.lookup.is_none())).unwrap_or(MTP_DEFAULT_DRAFT);
-        if k == 0 || k > tandem_spec::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("--mtp-draft {k} out of range 1..={}", tandem_spec::MAX_DRAFT)).into());
+        if k == 0 || k > tandem_speculative::MAX_DRAFT {
+            return Err(SpecError::BadOption(format!("--mtp-draft {k} out of range 1..={}", tandem_speculative::MAX_DRAFT)).into());
         }
         let head = Arc::new(self.load_mtp_head(path)?);
         Ok(Some(Box::new(MtpDrafter::new(head, self.pool.clone(), ctx, k, o.mtp_margin)?)))

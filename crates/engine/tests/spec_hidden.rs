@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use tandem_engine::{Engine, GenParams, SamplerParams, Session};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, HiddenTap, LogitRows};
-use tandem_spec::drafter::{Draft, Drafter};
-use tandem_spec::sampling::{Rng, SamplerParams as Sp};
-use tandem_spec::{SpecConfig, SpecError, Speculator};
+use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::sampling::{Rng, SamplerParams as Sp};
+use tandem_speculative::{SpecConfig, SpecError, Speculator};
 
 type Rows = Arc<Mutex<HashMap<usize, Vec<Vec<f32>>>>>;
 
@@ -52,13 +52,13 @@ impl Drafter for Recorder {
 
 #[test]
 fn drafter_sees_exact_hidden_rows_of_committed_positions() {
-    let path = std::env::temp_dir().join(format!("tandem-spec-hidden-{}.gguf", std::process::id()));
+    let path = std::env::temp_dir().join(format!("tandem-speculative-hidden-{}.gguf", std::process::id()));
     std::fs::write(&path, synthetic_llama(&SyntheticSpec { seed: 9, ..Default::default() })).unwrap();
     let engine = Arc::new(Engine::load(&path, 2).unwrap());
     let rows: Rows = Arc::default();
     let cfg = SpecConfig {
         max_draft: 4,
-        scheduler: tandem_spec::SchedulerConfig { adaptive: false, ..Default::default() },
+        scheduler: tandem_speculative::SchedulerConfig { adaptive: false, ..Default::default() },
         ..Default::default()
     };
     let mut sp = Speculator::new(Box::new(Recorder { rows: rows.clone(), rng: Rng::new(1) }), cfg).unwrap();

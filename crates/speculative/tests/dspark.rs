@@ -14,8 +14,8 @@ use tandem_kernels::ThreadPool;
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{DSparkModel, ForwardOutput, HiddenTap, LogitRows, Model, TargetId};
-use tandem_spec::sampling::{Sampler, SamplerParams};
-use tandem_spec::{DSparkDrafter, DSparkOptions, SchedulerConfig, SpecConfig, Speculator};
+use tandem_speculative::sampling::{Sampler, SamplerParams};
+use tandem_speculative::{DSparkDrafter, DSparkOptions, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64, spec: SyntheticSpec) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ..spec };
@@ -104,7 +104,7 @@ fn drafts_are_accepted_sometimes() {
 /// A block-4 drafter over a small target that has seen the first 9 of the
 /// 10 tokens returned (the 10th is the anchor).
 fn primed(hints: bool) -> (DSparkDrafter, Vec<u32>) {
-    use tandem_spec::Drafter;
+    use tandem_speculative::Drafter;
     let m = target(3, SyntheticSpec { ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() });
     let pool = Arc::new(ThreadPool::new(1));
     let prompt: Vec<u32> = (0..10).map(|i| (i * 13) % 200 + 4).collect();
@@ -125,8 +125,8 @@ fn primed(hints: bool) -> (DSparkDrafter, Vec<u32>) {
 /// of its token, and the head's confidences come beside it.
 #[test]
 fn a_proposal_stops_where_asked() {
-    use tandem_spec::sampling::Rng;
-    use tandem_spec::{Draft, Drafter};
+    use tandem_speculative::sampling::Rng;
+    use tandem_speculative::{Draft, Drafter};
     let (mut d, prompt) = primed(true);
     let params = SamplerParams::greedy();
     let mut full = Draft::default();
@@ -158,8 +158,8 @@ fn a_proposal_stops_where_asked() {
 /// probability would bias the accepted tokens).
 #[test]
 fn sampled_proposals_are_priced_by_the_head() {
-    use tandem_spec::sampling::Rng;
-    use tandem_spec::{Draft, Drafter};
+    use tandem_speculative::sampling::Rng;
+    use tandem_speculative::{Draft, Drafter};
     let (mut d, prompt) = primed(false);
     let params = SamplerParams { temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 };
     let mut draft = Draft::default();

@@ -5,8 +5,8 @@
 
 use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, HiddenTap, LogitRows, Model};
-use tandem_spec::sampling::{argmax, Sampler, SamplerParams};
-use tandem_spec::Speculator;
+use tandem_speculative::sampling::{argmax, Sampler, SamplerParams};
+use tandem_speculative::Speculator;
 
 /// `n` tokens of plain greedy decoding after `prompt`.
 pub fn plain(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize) -> Vec<u32> {

@@ -10,9 +10,9 @@ use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
-use tandem_spec::drafter::{Draft, Drafter};
-use tandem_spec::sampling::{Rng, Sampler, SamplerParams};
-use tandem_spec::{DraftModel, SchedulerConfig, SpecConfig, SpecError, Speculator};
+use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::sampling::{Rng, Sampler, SamplerParams};
+use tandem_speculative::{DraftModel, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
 fn model(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::F32, n_layer: 1, d_model: 32, n_head: 2, n_kv_head: 1, ffn: 64, ..Default::default() };

@@ -11,9 +11,9 @@ use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
-use tandem_spec::drafter::{Draft, Drafter};
-use tandem_spec::sampling::{Rng, Sampler, SamplerParams};
-use tandem_spec::{DraftModel, HybridDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
+use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::sampling::{Rng, Sampler, SamplerParams};
+use tandem_speculative::{DraftModel, HybridDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
 fn model(seed: u64, ty: GgmlType, n_layer: usize) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty, n_layer, ..Default::default() };

@@ -10,7 +10,7 @@
 //! logged walk (a real decoder that verified fewer would start its next cycle
 //! elsewhere), so it ranks policies; it does not replace `tandem bench`.
 //!
-//! cargo run --release -p tandem-spec --example sched_replay -- \
+//! cargo run --release -p tandem-speculative --example sched_replay -- \
 //!     [--costs 1,1.07,1.2,1.4,1.75] [--draft 0.14] [--policy adaptive|fixed:K] \
 //!     [--fresh] [--profile-all] [--noise SIGMA] [--drift SIGMA] LOG...
 //!
@@ -25,7 +25,7 @@
 //! time; what a cycle is charged is then what it measured, and the speedup
 //! is against plain decoding at the same moments. `REPLAY_DEBUG=1` prints the
 //! scheduler's estimates after each log.
-use tandem_spec::{Scheduler, SchedulerConfig};
+use tandem_speculative::{Scheduler, SchedulerConfig};
 
 struct Cycle {
     conf: Vec<f32>,

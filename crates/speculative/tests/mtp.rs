@@ -13,8 +13,8 @@ use tandem_kernels::ThreadPool;
 use tandem_model::mtp::{CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model, MtpHead, TargetId};
-use tandem_spec::sampling::{Rng, SamplerParams};
-use tandem_spec::{Draft, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, Speculator};
+use tandem_speculative::sampling::{Rng, SamplerParams};
+use tandem_speculative::{Draft, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() };
