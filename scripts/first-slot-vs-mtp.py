@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """First-draft acceptance of two drafters on the same text, by category.
 
-Reads two `tandem bench --prompts FILE --spec-log` logs (stderr, plain or
-gzipped) of the same prompts at temperature 0, so both decode the same text,
+Reads two `tandem bench --prompts FILE --spec-log LOG` cycle logs (JSON
+lines, plain or gzipped) of the same prompts at temperature 0, so both decode the same text,
 and compares the first draft position: its acceptance per category for each,
 and, at the positions where both drafted, how often only one was right.
 
@@ -12,10 +12,7 @@ Usage: scripts/first-slot-vs-mtp.py PROMPTS.jsonl LOG_A LOG_B
 """
 import gzip
 import json
-import re
 import sys
-
-LINE = re.compile(r"spec cycle=(\d+) pos=(\d+) .*accepted=(\d+)")
 
 
 def cycles(path, n):
@@ -25,12 +22,13 @@ def cycles(path, n):
     runs = []
     with opener(path, "rt") as f:
         for line in f:
-            m = LINE.match(line)
-            if not m:
+            if not line.startswith("{"):
                 continue
-            if m[1] == "1":
+            r = json.loads(line)
+            if r["cycle"] == 1:
                 runs.append({})
-            runs[-1][int(m[2])] = int(m[3]) > 0
+            if r["plan"]["verify"] > 0:
+                runs[-1][r["pos"]] = r["verification"]["accepted"] > 0
     return runs[-n:]
 
 

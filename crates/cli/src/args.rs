@@ -422,9 +422,11 @@ pub struct SpecArgs {
     /// Print speculative statistics at the end.
     #[arg(long, help_heading = "Speculative decoding")]
     pub spec_stats: bool,
-    /// One line per speculative cycle on stderr (also TANDEM_SPEC_LOG=1).
-    #[arg(long, help_heading = "Speculative decoding")]
-    pub spec_log: bool,
+    /// Write every speculative cycle as one JSON line (its proposal, plan,
+    /// verification and timings) to FILE, or to stderr without FILE or with
+    /// `-` (also TANDEM_SPEC_LOG=1, or TANDEM_SPEC_LOG=FILE).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", help_heading = "Speculative decoding")]
+    pub spec_log: Option<std::path::PathBuf>,
 }
 
 impl SpecArgs {
@@ -435,7 +437,7 @@ impl SpecArgs {
             max_draft: self.draft_max,
             fixed_length: self.spec_fixed,
             opportunistic: self.spec_opportunistic,
-            log: self.spec_log,
+            log: self.spec_log.clone(),
             mtp: self.mtp.clone(),
             mtp_draft: self.mtp_draft,
             mtp_margin: self.mtp_margin,

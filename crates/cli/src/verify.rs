@@ -13,19 +13,18 @@ pub fn run(a: &VerifySpecArgs) -> Result<()> {
     let Some(mut spec) = engine.speculator(&a.spec.options(), ctx)? else {
         bail!("verify-spec needs a drafter: --lookup or --draft-model FILE");
     };
-    spec.trace(true);
     let text = if a.raw { a.prompt.clone() } else { engine.render_chat(&[ChatMessage::new("user", a.prompt.clone())])? };
     let prompt = engine.tokenize_prompt(&text);
     let params = GenParams { max_tokens: a.n_predict, sampler: SamplerParams::greedy() };
     let mut s = Session::new(engine.clone(), ctx);
-    let mut toks = Vec::new();
-    s.generate_with(&prompt, &params, Some(&mut spec), None, |id, _| {
+    let (mut toks, mut traced) = (Vec::new(), Vec::new());
+    s.generate_with_logits(&prompt, &params, Some(&mut spec), None, |id, _, row| {
         if id != u32::MAX {
             toks.push(id);
+            traced.push(row.to_vec());
         }
         true
     })?;
-    let traced = spec.take_trace();
     // replay with plain decoding
     let mut p = Session::new(engine.clone(), ctx);
     p.feed(&prompt)?;

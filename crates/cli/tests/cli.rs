@@ -157,7 +157,11 @@ fn lookup_output_equals_plain_and_stats_are_printed() {
     let (spec, err) = run_ok(&args);
     assert_eq!(plain, spec);
     assert!(err.contains("spec: cycles"), "{err}");
-    assert!(err.contains("spec cycle=1 pos="), "{err}");
+    // the spec log: one JSON cycle record per line, on stderr without a file
+    let records: Vec<serde_json::Value> = err.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!records.is_empty(), "{err}");
+    assert_eq!(records[0]["cycle"], 1, "{err}");
+    assert!(records.iter().all(|r| r["plan"]["verify"].is_u64() && r["verification"]["committed"].as_u64() >= Some(1)), "{err}");
 }
 
 #[test]

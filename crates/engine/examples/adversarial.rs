@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tandem_engine::fetch::{ensure_model, models_dir, DEFAULT_MODEL};
 use tandem_engine::{Engine, GenParams, SamplerParams, Session};
-use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::drafter::{Drafter, Proposal};
 use tandem_speculative::sampling::{Rng, SamplerParams as Sp};
 use tandem_speculative::{SpecConfig, SpecError, Speculator};
 use tandem_tokenizer::ChatMessage;
@@ -27,7 +27,7 @@ impl Drafter for AlwaysWrong {
     fn sync(&mut self, _h: &[u32]) -> Result<(), SpecError> {
         Ok(())
     }
-    fn propose(&mut self, _h: &[u32], _n: u32, max: usize, _p: &Sp, _r: &mut Rng, out: &mut Draft) -> Result<(), SpecError> {
+    fn propose(&mut self, _h: &[u32], _n: u32, max: usize, _p: &Sp, _r: &mut Rng, out: &mut Proposal) -> Result<(), SpecError> {
         out.clear();
         out.tokens.extend(std::iter::repeat_n(49000u32, max));
         Ok(())

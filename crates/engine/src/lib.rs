@@ -18,4 +18,4 @@ pub use speculation::SpecOptions;
 /// Sampling lives with speculation (exact acceptance needs the final distribution).
 pub use tandem_speculative::sampling;
 pub use tandem_speculative::sampling::{Sampler, SamplerParams};
-pub use tandem_speculative::{SpecStats, Speculator};
+pub use tandem_speculative::{CycleRecord, SpecLog, SpecStats, Speculator};

@@ -632,11 +632,9 @@ pub fn run_prompt_bench(
             let do_spec = (pass == 0) == spec_first;
             if do_spec {
                 if let Some(s) = sp.as_mut() {
-                    let before = std::mem::take(&mut s.stats);
-                    let r = generate(engine, ctx, toks, n_predict, Some(s));
-                    let mine = std::mem::replace(&mut s.stats, before);
-                    s.stats.merge(&mine);
-                    specd = Some((r?, mine));
+                    let r = generate(engine, ctx, toks, n_predict, Some(s))?;
+                    let mine = r.1.spec.clone().unwrap_or_default();
+                    specd = Some((r, mine));
                 }
             } else {
                 plain = Some(generate(engine, ctx, toks, n_predict, None)?);
@@ -1071,10 +1069,10 @@ mod tests {
         assert_eq!(r.cost_line(), None, "no statistics, no line");
         let mut st = SpecStats::default();
         for _ in 0..10 {
-            st.record(0, 0, 0, 0.0, 0.0055);
+            st.record(&tandem_speculative::CycleRecord::of_counts(0, 0, 0, 0.0, 0.0055));
         }
         for _ in 0..60 {
-            st.record(3, 1, 1, 0.001, 0.007);
+            st.record(&tandem_speculative::CycleRecord::of_counts(3, 1, 1, 0.001, 0.007));
         }
         r.spec_stats = Some(st);
         // verify 10·5.5 + 60·7 = 475 ms, draft 60 ms: 535 of 800 ms
@@ -1088,9 +1086,9 @@ mod tests {
         assert_eq!(rr.cost_line().unwrap(), c, "pooled rounds of equal runs give the same line");
         // full blocks: the width used most is named
         let mut st = SpecStats::default();
-        st.record(4, 1, 0, 0.001, 0.007);
+        st.record(&tandem_speculative::CycleRecord::of_counts(4, 1, 0, 0.001, 0.007));
         for _ in 0..3 {
-            st.record(4, 4, 1, 0.001, 0.011);
+            st.record(&tandem_speculative::CycleRecord::of_counts(4, 4, 1, 0.001, 0.011));
         }
         r.spec_stats = Some(st);
         let c = r.cost_line().unwrap();

@@ -7,7 +7,7 @@ use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 use tandem_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
 
 use crate::sampling::{Sampler, SamplerParams};
-use tandem_speculative::{SpecError, Speculator};
+use tandem_speculative::{CycleOutcome, SpecError, SpecStats, Speculator};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -104,6 +104,8 @@ pub struct GenStats {
     pub gen_tokens: usize,
     pub decode_time: Duration,
     pub stop: Option<StopReason>,
+    /// This generation's speculative cycles (None without a speculator).
+    pub spec: Option<SpecStats>,
 }
 
 impl GenStats {
@@ -250,8 +252,7 @@ impl Session {
     /// [`generate_with`](Self::generate_with) whose callback also receives the
     /// target's logits row each token was chosen from (for log-probabilities).
     /// The final flush of held-back text (id `u32::MAX`) comes with an empty
-    /// row. On the speculative path this turns the speculator's trace on and
-    /// consumes it, so a caller must not use `Speculator::trace` at the same time.
+    /// row.
     pub fn generate_with_logits(
         &mut self,
         prompt: &[u32],
@@ -288,13 +289,11 @@ impl Session {
         let engine = self.engine.clone();
         if let Some(sp) = spec.as_deref_mut() {
             sp.begin(&self.tokens)?;
-            if with_rows {
-                sp.trace(true);
-            }
+            stats.spec = Some(SpecStats::default());
         }
-        let mut rows: Vec<Vec<f32>> = Vec::new();
+        // the row the first token of a speculative cycle is chosen from
+        let mut first_row: Vec<f32> = Vec::new();
         let is_eog = |id: u32| tok.is_eog(id);
-        let mut emitted = Vec::new();
         let t1 = Instant::now();
         let stop = 'outer: loop {
             if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
@@ -303,39 +302,46 @@ impl Session {
             if stats.gen_tokens >= params.max_tokens {
                 break StopReason::Length;
             }
-            emitted.clear();
-            let fed = match spec.as_deref_mut() {
-                Some(sp) => sp.cycle(
-                    &engine.model,
-                    &engine.pool,
-                    &mut self.cache,
-                    &mut self.tokens,
-                    &mut self.logits,
-                    &mut sampler,
-                    params.max_tokens - stats.gen_tokens,
-                    &is_eog,
-                    &mut emitted,
-                )?,
-                None => {
-                    emitted.push(sampler.sample(&self.logits));
-                    false
-                }
-            };
-            if with_rows {
-                if let Some(sp) = spec.as_deref_mut() {
-                    rows = sp.take_trace();
-                }
+            if with_rows && spec.is_some() {
+                first_row.clear();
+                first_row.extend_from_slice(&self.logits);
             }
+            // the tokens to emit, and whether they are already evaluated
+            let (emitted, fed) = match spec.as_deref_mut() {
+                Some(sp) => {
+                    let remaining = params.max_tokens - stats.gen_tokens;
+                    match sp.cycle(
+                        &engine.model,
+                        &engine.pool,
+                        &mut self.cache,
+                        &mut self.tokens,
+                        &mut self.logits,
+                        &mut sampler,
+                        remaining,
+                        &is_eog,
+                    )? {
+                        CycleOutcome::Ran(rec) => {
+                            if let Some(s) = &mut stats.spec {
+                                s.record(&rec);
+                            }
+                            (rec.emitted().collect::<Vec<u32>>(), true)
+                        }
+                        CycleOutcome::Stopped(t) => (vec![t], false),
+                    }
+                }
+                None => (vec![sampler.sample(&self.logits)], false),
+            };
             for (i, &next) in emitted.iter().enumerate() {
                 stats.gen_tokens += 1;
                 if tok.is_eog(next) {
                     break 'outer StopReason::Eog;
                 }
                 let text = dec.push(&tok, next);
-                let row: &[f32] = match (with_rows, spec.is_some()) {
+                let row: &[f32] = match (with_rows, spec.as_deref()) {
                     (false, _) => &[],
-                    (true, false) => &self.logits,
-                    (true, true) => rows.get(i).map_or(&[], |r| r.as_slice()),
+                    (true, None) => &self.logits,
+                    (true, Some(_)) if i == 0 => &first_row,
+                    (true, Some(sp)) => sp.verify_row(i - 1),
                 };
                 if !on_token(next, &text, row) {
                     break 'outer StopReason::Cancelled;
@@ -358,9 +364,6 @@ impl Session {
         let rest = dec.flush();
         if !rest.is_empty() {
             on_token(u32::MAX, &rest, &[]);
-        }
-        if let (true, Some(sp)) = (with_rows, spec) {
-            sp.trace(false);
         }
         stats.decode_time = t1.elapsed();
         stats.stop = Some(stop);

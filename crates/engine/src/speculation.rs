@@ -8,7 +8,7 @@ use tandem_model::support::detect_kind;
 use tandem_model::{DSparkModel, MtpHead, SupportError, SupportKind, TargetId};
 use tandem_speculative::{
     DSparkDrafter, DSparkOptions, DraftModel, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError,
-    Speculator,
+    SpecLog, Speculator,
 };
 
 use crate::{Engine, EngineError};
@@ -27,8 +27,8 @@ pub struct SpecOptions {
     pub fixed_length: bool,
     /// ds4's faster, non-exact acceptance at temperature > 0.
     pub opportunistic: bool,
-    /// One log line per cycle.
-    pub log: bool,
+    /// Write each cycle's record as a JSON line to this file (`-`: stderr).
+    pub log: Option<PathBuf>,
     /// A support file (MTP head or DSpark drafter), kind decided by its tensors.
     pub mtp: Option<PathBuf>,
     /// MTP: most chained draft steps per cycle (None: the measured default).
@@ -84,14 +84,14 @@ impl Engine {
                         None => d,
                     };
                     let k = d.max_draft();
-                    Ok(Some(Speculator::new(d, self.spec_config(o, k))?))
+                    Ok(Some(Speculator::new(d, self.spec_config(o, k)?)?))
                 }
                 Err(e) if !o.require && matches!(e, EngineError::Support(_)) => match o.lookup {
                     // the lookup that was to go in front still works alone
                     Some((lo, hi)) => {
                         tracing::warn!("{e}; continuing with prompt lookup alone (--spec-require makes this an error)");
                         let k = o.max_draft.unwrap_or(LOOKUP_DEFAULT_DRAFT);
-                        Ok(Some(Speculator::new(Box::new(NgramDrafter::new(lo, hi, k)?), self.spec_config(o, k))?))
+                        Ok(Some(Speculator::new(Box::new(NgramDrafter::new(lo, hi, k)?), self.spec_config(o, k)?)?))
                     }
                     None => {
                         tracing::warn!("{e}; continuing with plain decoding (--spec-require makes this an error)");
@@ -130,16 +130,25 @@ impl Engine {
         } else {
             return Ok(None);
         };
-        Ok(Some(Speculator::new(drafter, self.spec_config(o, k))?))
+        Ok(Some(Speculator::new(drafter, self.spec_config(o, k)?)?))
     }
 
-    fn spec_config(&self, o: &SpecOptions, k: usize) -> SpecConfig {
-        SpecConfig {
+    fn spec_config(&self, o: &SpecOptions, k: usize) -> Result<SpecConfig, SpecError> {
+        // TANDEM_SPEC_LOG=1 logs to stderr, any other value names a file
+        let env =
+            std::env::var_os("TANDEM_SPEC_LOG").filter(|v| !v.is_empty()).map(|v| if v == "1" { "-".into() } else { PathBuf::from(v) });
+        let log = match o.log.clone().or(env) {
+            Some(path) => Some(
+                SpecLog::create(&path).map_err(|e| SpecError::BadOption(format!("cannot create the spec log {}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        Ok(SpecConfig {
             max_draft: k,
             scheduler: SchedulerConfig { adaptive: !o.fixed_length, ..Default::default() },
             opportunistic: o.opportunistic,
-            log: o.log || std::env::var("TANDEM_SPEC_LOG").map(|v| v == "1").unwrap_or(false),
-        }
+            log,
+        })
     }
 
     /// This target's identity, as support files record it.

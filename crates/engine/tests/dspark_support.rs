@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::rewrite;
-use tandem_engine::{Engine, GenParams, SamplerParams, SpecOptions, Speculator};
+use tandem_engine::{Engine, GenParams, SamplerParams, SpecLog, SpecOptions, Speculator};
 use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
 use tandem_model::mtp::MtpWeights;
@@ -311,25 +311,27 @@ fn each_block_depends_only_on_the_committed_text() {
         .unwrap();
     let prompt = engine.tokenize_prompt(&text);
     let mut sp = engine.speculator(&o, 512).unwrap().expect("a speculator");
-    sp.record_drafts(true);
+    let log = SpecLog::memory();
+    sp.set_log(Some(log.clone()));
     let out = greedy(&engine, &prompt, Some(&mut sp));
-    let cycles = sp.take_drafts();
+    let cycles = log.take_records();
     let all: Vec<u32> = prompt.iter().chain(&out).copied().collect();
-    let bs = cycles.iter().map(|c| c.tokens.len()).max().unwrap();
-    let full: Vec<_> = cycles.iter().filter(|c| !c.free && c.tokens.len() == bs).collect();
+    let bs = cycles.iter().map(|c| c.drafted.len()).max().unwrap();
+    let full: Vec<_> = cycles.iter().filter(|c| !c.plan.ask.free && c.drafted.len() == bs).collect();
     assert!(full.len() >= 8, "{} full blocks", full.len());
-    let rejected = cycles.windows(2).filter(|w| w[1].pos < w[0].pos + 1 + w[0].tokens.len()).count();
+    let rejected = cycles.windows(2).filter(|w| w[1].pos < w[0].pos + 1 + w[0].drafted.len()).count();
     assert!(rejected >= 3, "the decode should reject some drafts ({rejected})");
     for c in full {
         assert_eq!(all[c.pos], c.anchor, "anchor of the cycle at {}", c.pos);
         let mut fresh = engine.speculator(&o, 512).unwrap().expect("a speculator");
-        fresh.record_drafts(true);
+        let fresh_log = SpecLog::memory();
+        fresh.set_log(Some(fresh_log.clone()));
         let params = GenParams { max_tokens: 2 * bs + 2, sampler: SamplerParams::greedy() };
         engine.new_session(512).generate_with(&all[..c.pos], &params, Some(&mut fresh), None, |_, _| true).unwrap();
-        let first = fresh.take_drafts().into_iter().next().expect("a first cycle");
+        let first = fresh_log.take_records().into_iter().next().expect("a first cycle");
         assert_eq!((first.pos, first.anchor), (c.pos, c.anchor));
-        assert_eq!(first.tokens, c.tokens, "block at {}", c.pos);
+        assert_eq!(first.drafted, c.drafted, "block at {}", c.pos);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&first.confidence), bits(&c.confidence), "confidences at {}", c.pos);
+        assert_eq!(bits(first.drafted_confidence()), bits(c.drafted_confidence()), "confidences at {}", c.pos);
     }
 }

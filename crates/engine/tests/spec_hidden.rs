@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tandem_engine::{Engine, GenParams, SamplerParams, Session};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, HiddenTap, LogitRows};
-use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::drafter::{Drafter, Proposal};
 use tandem_speculative::sampling::{Rng, SamplerParams as Sp};
 use tandem_speculative::{SpecConfig, SpecError, Speculator};
 
@@ -30,7 +30,7 @@ impl Drafter for Recorder {
     fn sync(&mut self, _h: &[u32]) -> Result<(), SpecError> {
         Ok(())
     }
-    fn propose(&mut self, _h: &[u32], next: u32, max: usize, _p: &Sp, _r: &mut Rng, out: &mut Draft) -> Result<(), SpecError> {
+    fn propose(&mut self, _h: &[u32], next: u32, max: usize, _p: &Sp, _r: &mut Rng, out: &mut Proposal) -> Result<(), SpecError> {
         out.clear();
         for i in 0..max {
             // sometimes right by luck on a tiny vocabulary, mostly wrong

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_engine::sampling::{log_softmax_at, top_logprobs};
-use tandem_engine::{Engine, GenParams, Session, SpecOptions, SpecStats, Speculator, StopReason};
+use tandem_engine::{Engine, GenParams, Session, SpecOptions, Speculator, StopReason};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ApiError;
@@ -208,7 +208,6 @@ impl Worker {
         let queue_time = job.enqueued.elapsed();
         let tok = self.engine.tokenizer.clone();
         let shared = self.shared.clone();
-        let before: Option<SpecStats> = self.spec.as_ref().map(|s| s.stats.clone());
         let mut filter = StopFilter::new(job.stops.clone());
         // tokens whose log-probabilities wait for their text to be released
         let mut held: Vec<(usize, usize, TokenLogprob)> = Vec::new();
@@ -272,21 +271,18 @@ impl Worker {
         m.prefill_us.fetch_add(stats.prefill_time.as_micros() as u64, Ordering::Relaxed);
         m.decode_us.fetch_add(stats.decode_time.as_micros() as u64, Ordering::Relaxed);
         m.decode_steps.fetch_add(stats.gen_tokens.saturating_sub(1) as u64, Ordering::Relaxed);
-        let spec = match (&self.spec, before) {
-            (Some(sp), Some(b)) => {
-                let (cycles, drafted, accepted) =
-                    (sp.stats.cycles - b.cycles, sp.stats.drafted - b.drafted, sp.stats.accepted - b.accepted);
-                let committed = sp.stats.committed - b.committed;
-                m.spec_cycles.fetch_add(cycles, Ordering::Relaxed);
-                m.spec_drafted.fetch_add(drafted, Ordering::Relaxed);
-                m.spec_accepted.fetch_add(accepted, Ordering::Relaxed);
+        let spec = match (&self.spec, &stats.spec) {
+            (Some(sp), Some(st)) => {
+                m.spec_cycles.fetch_add(st.cycles, Ordering::Relaxed);
+                m.spec_drafted.fetch_add(st.drafted, Ordering::Relaxed);
+                m.spec_accepted.fetch_add(st.accepted, Ordering::Relaxed);
                 Some(SpecReport {
                     drafter: sp.drafter_name(),
-                    cycles,
-                    drafted_tokens: drafted,
-                    accepted_tokens: accepted,
-                    acceptance_rate: if drafted > 0 { accepted as f64 / drafted as f64 } else { 0.0 },
-                    tokens_per_cycle: if cycles > 0 { committed as f64 / cycles as f64 } else { 0.0 },
+                    cycles: st.cycles,
+                    drafted_tokens: st.drafted,
+                    accepted_tokens: st.accepted,
+                    acceptance_rate: st.acceptance_rate(),
+                    tokens_per_cycle: st.mean_committed(),
                 })
             }
             _ => None,

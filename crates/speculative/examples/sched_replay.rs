@@ -2,9 +2,9 @@
 //! fixed cost table instead of a clock: a noise-free look at what a
 //! truncation policy would commit and what it would cost.
 //!
-//! The input is `--spec-log` output of a run with full blocks
-//! (`--spec-fixed`): each `spec cycle` line gives the confidences of every
-//! slot and how many drafts greedy verification accepted. A policy that
+//! The input is `--spec-log FILE` output of a run with full blocks
+//! (`--spec-fixed`): each cycle record gives the confidences of every slot
+//! and how many drafts greedy verification accepted. A policy that
 //! verifies k of them commits `min(accepted, k) + 1` and pays the draft (when
 //! it asked for one) plus a forward of k + 1 rows. The replay keeps the
 //! logged walk (a real decoder that verified fewer would start its next cycle
@@ -25,27 +25,22 @@
 //! time; what a cycle is charged is then what it measured, and the speedup
 //! is against plain decoding at the same moments. `REPLAY_DEBUG=1` prints the
 //! scheduler's estimates after each log.
-use tandem_speculative::{Scheduler, SchedulerConfig};
+use tandem_speculative::cycle::read_records;
+use tandem_speculative::{Budget, Scheduler, SchedulerConfig};
 
 struct Cycle {
     conf: Vec<f32>,
     accepted: usize,
 }
 
+/// The full-block cycles of a `--spec-log` file (JSON lines of cycle records).
 fn parse(path: &str) -> Vec<Cycle> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let field = |l: &str, key: &str| -> Option<String> {
-        let i = l.find(key)? + key.len();
-        Some(l[i..].split([' ', ']']).next()?.to_string())
-    };
-    text.lines()
-        .filter(|l| l.starts_with("spec cycle="))
-        .filter_map(|l| {
-            let accepted = field(l, " accepted=")?.parse().ok()?;
-            let i = l.find("conf=[")? + 6;
-            let conf = l[i..].split(']').next()?.split(',').filter_map(|c| c.parse().ok()).collect();
-            Some(Cycle { conf, accepted })
-        })
+    let records = read_records(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    records
+        .into_iter()
+        .filter(|r| !r.plan.ask.free && r.plan.verify == r.drafted.len())
+        .map(|r| Cycle { conf: r.drafted_confidence().to_vec(), accepted: r.verification.accepted })
         .collect()
 }
 
@@ -111,20 +106,22 @@ fn main() {
         for c in parse(path).into_iter().filter(|c| c.conf.len() == block) {
             speed += drift * gauss();
             let f = (speed + noise * gauss()).exp();
-            let budget = match policy.strip_prefix("fixed:") {
-                Some(k) => k.parse().expect("fixed:K"),
+            let plan = match policy.strip_prefix("fixed:") {
+                Some(k) => Budget { tokens: k.parse().expect("fixed:K"), ..Budget::default() },
                 None => s.budget(block),
             };
+            s.commit_budget(&plan);
+            let budget = plan.tokens;
             budgets[budget] += 1;
             let k = if budget == 0 {
                 0
             } else {
                 // the drafter stops where the scheduler says truncation would cut
-                let stop = (1..=budget).take_while(|&j| s.extends(&c.conf[..j])).last().unwrap_or(0);
+                let stop = (1..=budget).take_while(|&j| s.extends(&plan, &c.conf[..j])).last().unwrap_or(0);
                 let conf = &c.conf[..stop];
                 s.observe_proposal(conf, budget);
                 s.observe_draft(budget, draft * f);
-                let k = if policy.starts_with("fixed:") { budget } else { s.truncate(stop, conf) };
+                let k = if policy.starts_with("fixed:") { budget } else { s.truncate(&plan, stop, conf) };
                 if k < stop {
                     s.observe_unverified(k, conf);
                 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, KvCache, LogitRows, Model};
 
-use crate::drafter::{Draft, Drafter};
+use crate::drafter::{Drafter, Proposal};
 use crate::sampling::{argmax, Rng, Sampler, SamplerParams};
 use crate::SpecError;
 
@@ -76,7 +76,7 @@ impl Drafter for DraftModel {
         max: usize,
         params: &SamplerParams,
         rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
     ) -> Result<(), SpecError> {
         out.clear();
         let seq_len = history.len() + 1;

@@ -1,5 +1,6 @@
 use tandem_model::HiddenTap;
 
+use crate::cycle::CycleRecord;
 use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
 
@@ -7,7 +8,7 @@ use crate::SpecError;
 /// (for exact acceptance at temperature > 0) and a per-token confidence
 /// (estimated probability that the target accepts it, given the ones before).
 #[derive(Debug, Clone, Default)]
-pub struct Draft {
+pub struct Proposal {
     pub tokens: Vec<u32>,
     /// Empty for deterministic drafts; else one sparse distribution per token.
     pub dists: Vec<Vec<(u32, f32)>>,
@@ -20,7 +21,7 @@ pub struct Draft {
     pub head: Vec<f32>,
 }
 
-impl Draft {
+impl Proposal {
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.dists.clear();
@@ -62,7 +63,7 @@ pub trait Drafter: Send {
         max: usize,
         params: &SamplerParams,
         rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
     ) -> Result<(), SpecError>;
 
     /// [`propose`](Drafter::propose), asking `more` before each token is
@@ -83,7 +84,7 @@ pub trait Drafter: Send {
         max: usize,
         params: &SamplerParams,
         rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
         _more: &dyn Fn(&[f32]) -> bool,
     ) -> Result<(), SpecError> {
         self.propose(history, next, max, params, rng, out)
@@ -98,12 +99,12 @@ pub trait Drafter: Send {
     /// scheduler would not call `propose` this cycle; otherwise it is
     /// dropped and `propose` may follow. The choice to propose must depend
     /// on the history only.
-    fn propose_free(&mut self, _history: &[u32], _next: u32, _max: usize, _out: &mut Draft) -> Result<bool, SpecError> {
+    fn propose_free(&mut self, _history: &[u32], _next: u32, _max: usize, _out: &mut Proposal) -> Result<bool, SpecError> {
         Ok(false)
     }
 
-    /// Of `proposed` tokens verified, the first `accepted` were accepted.
-    fn feedback(&mut self, _proposed: usize, _accepted: usize) {}
+    /// The cycle is over: what was verified and accepted.
+    fn feedback(&mut self, _cycle: &CycleRecord) {}
 
     /// True when one proposal costs about the same whatever its length (a
     /// block drafter); false when the cost grows with each drafted token.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tandem_kernels::ThreadPool;
 use tandem_model::{DSparkModel, HiddenTap, KvCache};
 
-use crate::drafter::{Draft, Drafter};
+use crate::drafter::{Drafter, Proposal};
 use crate::sampling::{argmax, Rng, Sampler, SamplerParams};
 use crate::SpecError;
 
@@ -196,7 +196,7 @@ impl Drafter for DSparkDrafter {
         max: usize,
         params: &SamplerParams,
         rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
     ) -> Result<(), SpecError> {
         self.propose_until(history, next, max, params, rng, out, &|_| true)
     }
@@ -208,7 +208,7 @@ impl Drafter for DSparkDrafter {
         max: usize,
         params: &SamplerParams,
         rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
         more: &dyn Fn(&[f32]) -> bool,
     ) -> Result<(), SpecError> {
         out.clear();

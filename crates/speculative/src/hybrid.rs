@@ -18,7 +18,8 @@
 
 use tandem_model::HiddenTap;
 
-use crate::drafter::{Draft, Drafter};
+use crate::cycle::CycleRecord;
+use crate::drafter::{Drafter, Proposal};
 use crate::ngram::NgramDrafter;
 use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
@@ -109,7 +110,7 @@ impl Drafter for HybridDrafter {
         max: usize,
         params: &SamplerParams,
         rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
     ) -> Result<(), SpecError> {
         self.propose_until(history, next, max, params, rng, out, &|_| true)
     }
@@ -121,7 +122,7 @@ impl Drafter for HybridDrafter {
         max: usize,
         params: &SamplerParams,
         rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
         more: &dyn Fn(&[f32]) -> bool,
     ) -> Result<(), SpecError> {
         self.model.propose_until(history, next, max, params, rng, out, more)?;
@@ -132,7 +133,7 @@ impl Drafter for HybridDrafter {
         Ok(())
     }
 
-    fn propose_free(&mut self, history: &[u32], next: u32, max: usize, out: &mut Draft) -> Result<bool, SpecError> {
+    fn propose_free(&mut self, history: &[u32], next: u32, max: usize, out: &mut Proposal) -> Result<bool, SpecError> {
         self.lookup.propose(history, next, max, &SamplerParams::greedy(), &mut Rng::new(0), out)?;
         if out.tokens.is_empty() {
             return Ok(false);
@@ -147,7 +148,8 @@ impl Drafter for HybridDrafter {
         Ok(true)
     }
 
-    fn feedback(&mut self, proposed: usize, accepted: usize) {
+    fn feedback(&mut self, cycle: &CycleRecord) {
+        let (proposed, accepted) = (cycle.plan.verify, cycle.verification.accepted);
         match std::mem::replace(&mut self.last, Source::None) {
             Source::Lookup => {
                 let (reached, hits) = (&mut self.reached[self.matched], &mut self.hits[self.matched]);
@@ -159,7 +161,7 @@ impl Drafter for HybridDrafter {
                     hits[i] += 1.0;
                 }
             }
-            Source::Model => self.model.feedback(proposed, accepted),
+            Source::Model => self.model.feedback(cycle),
             Source::None => {}
         }
     }
@@ -194,7 +196,15 @@ mod tests {
         fn sync(&mut self, _history: &[u32]) -> Result<(), SpecError> {
             Ok(())
         }
-        fn propose(&mut self, _h: &[u32], _n: u32, max: usize, _p: &SamplerParams, _r: &mut Rng, out: &mut Draft) -> Result<(), SpecError> {
+        fn propose(
+            &mut self,
+            _h: &[u32],
+            _n: u32,
+            max: usize,
+            _p: &SamplerParams,
+            _r: &mut Rng,
+            out: &mut Proposal,
+        ) -> Result<(), SpecError> {
             out.clear();
             if max > 0 {
                 out.tokens.push(7);
@@ -204,18 +214,26 @@ mod tests {
         }
     }
 
+    /// A cycle that verified `k` drafts and accepted `a` of them.
+    fn verified(k: usize, a: usize) -> CycleRecord {
+        let mut c = CycleRecord::default();
+        c.plan.verify = k;
+        c.verification.accepted = a;
+        c
+    }
+
     #[test]
     fn lookup_first_then_model() {
         let model = Box::new(Fixed);
         let mut h = HybridDrafter::new(NgramDrafter::new(2, 4, 6).unwrap(), model);
         let hist = [1, 2, 3, 4, 5, 1];
         h.sync(&hist).unwrap();
-        let (p, mut rng, mut out) = (SamplerParams::greedy(), Rng::new(0), Draft::default());
+        let (p, mut rng, mut out) = (SamplerParams::greedy(), Rng::new(0), Proposal::default());
         // "1 2" occurred before: the lookup proposes what followed, with the prior confidence
         assert!(h.propose_free(&hist, 2, 6, &mut out).unwrap());
         assert_eq!(out.tokens, vec![3, 4, 5, 1, 2]);
         assert_eq!(out.confidence, vec![0.5; 5]);
-        h.feedback(5, 2);
+        h.feedback(&verified(5, 2));
         // matched "1 2": bucket 0 (n = 2); position 2 was reached and missed
         let c: Vec<f32> = (0..4).map(|i| h.lookup_confidence(0, i)).collect();
         assert!(c[0] > 0.5 && c[1] > c[0] && c[2] < c[1], "{c:?}");
@@ -228,7 +246,7 @@ mod tests {
         h.propose(&hist, 9, 6, &p, &mut rng, &mut out).unwrap();
         assert_eq!(out.tokens, vec![7]);
         assert_eq!(out.confidence, vec![0.9]);
-        h.feedback(1, 1);
+        h.feedback(&verified(1, 1));
         assert_eq!((h.lookup_proposals, h.model_proposals), (1, 1));
     }
 }

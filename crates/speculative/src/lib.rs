@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cycle;
 pub mod draft_model;
 pub mod drafter;
 pub mod dspark;
@@ -26,14 +27,15 @@ pub mod speculator;
 pub mod stats;
 pub mod verify;
 
+pub use cycle::{Ask, CyclePlan, CycleRecord, FreeOffer, SpecLog, Verification};
 pub use draft_model::DraftModel;
-pub use drafter::{Draft, Drafter};
+pub use drafter::{Drafter, Proposal};
 pub use dspark::{DSparkDrafter, DSparkOptions};
 pub use hybrid::HybridDrafter;
 pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
-pub use scheduler::{Scheduler, SchedulerConfig};
-pub use speculator::{CycleDraft, SpecConfig, SpecError, Speculator};
+pub use scheduler::{Budget, Calibration, CostModel, Policy, Scheduler, SchedulerConfig};
+pub use speculator::{CycleOutcome, SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;
 
 /// Upper bound on tokens drafted per cycle.

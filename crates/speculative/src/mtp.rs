@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tandem_kernels::ThreadPool;
 use tandem_model::{HiddenTap, KvCache, MtpHead};
 
-use crate::drafter::{Draft, Drafter};
+use crate::drafter::{Drafter, Proposal};
 use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
 
@@ -156,7 +156,7 @@ impl Drafter for MtpDrafter {
         max: usize,
         _params: &SamplerParams,
         _rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
     ) -> Result<(), SpecError> {
         out.clear();
         let n = history.len();

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::drafter::{Draft, Drafter};
+use crate::drafter::{Drafter, Proposal};
 use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
 
@@ -93,7 +93,7 @@ impl Drafter for NgramDrafter {
         max: usize,
         _params: &SamplerParams,
         _rng: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
     ) -> Result<(), SpecError> {
         out.clear();
         self.matched = 0;
@@ -140,7 +140,7 @@ mod tests {
         let mut d = NgramDrafter::new(1, 3, 4).unwrap();
         let hist = [1, 2, 3, 4, 5, 9, 1, 2];
         d.sync(&hist).unwrap();
-        let mut out = Draft::default();
+        let mut out = Proposal::default();
         d.propose(&hist, 3, 4, &SamplerParams::greedy(), &mut Rng::new(0), &mut out).unwrap();
         assert_eq!(out.tokens, vec![4, 5, 9, 1]);
         // no match → nothing
@@ -153,7 +153,7 @@ mod tests {
         let mut d = NgramDrafter::new(2, 2, 8).unwrap();
         d.sync(&[5, 6, 7, 5, 6, 8]).unwrap();
         d.sync(&[5, 6, 7, 5]).unwrap();
-        let mut out = Draft::default();
+        let mut out = Proposal::default();
         d.propose(&[5, 6, 7, 5], 6, 8, &SamplerParams::greedy(), &mut Rng::new(0), &mut out).unwrap();
         assert_eq!(out.tokens, vec![7, 5, 6]);
     }

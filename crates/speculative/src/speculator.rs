@@ -5,7 +5,8 @@ use std::time::Instant;
 use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 
-use crate::drafter::{Draft, Drafter};
+use crate::cycle::{CycleRecord, FreeOffer, SpecLog, Verification};
+use crate::drafter::{Drafter, Proposal};
 use crate::sampling::Sampler;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::SpecStats;
@@ -26,19 +27,6 @@ pub enum SpecError {
     Drafter(String),
 }
 
-/// One cycle's proposal, as recorded by [`Speculator::record_drafts`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct CycleDraft {
-    /// Position of the anchor (the committed length before the cycle).
-    pub pos: usize,
-    /// The target's token the drafts follow.
-    pub anchor: u32,
-    pub tokens: Vec<u32>,
-    pub confidence: Vec<f32>,
-    /// A free (lookup) proposal rather than the drafter's.
-    pub free: bool,
-}
-
 /// Speculation settings.
 #[derive(Debug, Clone)]
 pub struct SpecConfig {
@@ -48,18 +36,13 @@ pub struct SpecConfig {
     pub scheduler: SchedulerConfig,
     /// ds4's faster, NOT distribution-exact acceptance at temperature > 0.
     pub opportunistic: bool,
-    /// Print one line per cycle on stderr.
-    pub log: bool,
+    /// Where each cycle's record goes (`--spec-log`), if anywhere.
+    pub log: Option<SpecLog>,
 }
 
 impl Default for SpecConfig {
     fn default() -> Self {
-        SpecConfig {
-            max_draft: 8,
-            scheduler: SchedulerConfig::default(),
-            opportunistic: false,
-            log: std::env::var("TANDEM_SPEC_LOG").map(|v| v == "1").unwrap_or(false),
-        }
+        SpecConfig { max_draft: 8, scheduler: SchedulerConfig::default(), opportunistic: false, log: None }
     }
 }
 
@@ -68,23 +51,47 @@ impl Default for SpecConfig {
 pub struct Speculator {
     drafter: Box<dyn Drafter>,
     pub sched: Scheduler,
+    /// Statistics of every cycle this speculator ran.
     pub stats: SpecStats,
     cfg: SpecConfig,
     pending: Option<u32>,
-    draft: Draft,
+    draft: Proposal,
     /// The drafter's free proposal of this cycle (see [`Drafter::propose_free`]).
-    free: Draft,
+    free: Proposal,
     out: ForwardOutput,
-    /// When tracing: the logits each emitted token was chosen from.
-    trace: Option<Vec<Vec<f32>>>,
-    /// When recording: every cycle's proposal (see [`Speculator::record_drafts`]).
-    drafts: Option<Vec<CycleDraft>>,
     /// Hidden taps the drafter asked for (empty: none).
     taps: Vec<tandem_model::HiddenTap>,
     /// Positions whose hidden rows the drafter has been given.
     observed: usize,
     /// The drafter was asked for a proposal in the previous cycle.
     proposed_last: bool,
+    /// Cycles run in this generation.
+    cycles: u64,
+}
+
+/// What a cycle emitted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CycleOutcome {
+    /// The cycle ran: its record says what it emitted and committed.
+    Ran(Box<CycleRecord>),
+    /// This token was emitted without being evaluated (end of generation,
+    /// token budget or context reached): the generation ends.
+    Stopped(u32),
+}
+
+impl CycleOutcome {
+    /// The tokens the cycle emitted, in order.
+    pub fn emitted(&self) -> Vec<u32> {
+        match self {
+            CycleOutcome::Ran(rec) => rec.emitted().collect(),
+            CycleOutcome::Stopped(t) => vec![*t],
+        }
+    }
+
+    /// The cycle evaluated what it emitted (the generation may go on).
+    pub fn ran(&self) -> bool {
+        matches!(self, CycleOutcome::Ran(_))
+    }
 }
 
 impl Speculator {
@@ -101,14 +108,13 @@ impl Speculator {
             stats: SpecStats::default(),
             cfg,
             pending: None,
-            draft: Draft::default(),
-            free: Draft::default(),
+            draft: Proposal::default(),
+            free: Proposal::default(),
             out: ForwardOutput::default(),
-            trace: None,
-            drafts: None,
             taps,
             observed: 0,
             proposed_last: false,
+            cycles: 0,
         })
     }
 
@@ -120,26 +126,9 @@ impl Speculator {
         &self.cfg
     }
 
-    /// Record, for every emitted token, the logits row it was chosen from
-    /// (for `verify-spec`).
-    pub fn trace(&mut self, on: bool) {
-        self.trace = on.then(Vec::new);
-    }
-
-    pub fn take_trace(&mut self) -> Vec<Vec<f32>> {
-        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
-    }
-
-    /// Record every cycle's proposal (position, anchor, drafted tokens and
-    /// confidences, before the scheduler's cut): tests check that a
-    /// proposal depends only on the committed text, not on the rejected
-    /// drafts before it.
-    pub fn record_drafts(&mut self, on: bool) {
-        self.drafts = on.then(Vec::new);
-    }
-
-    pub fn take_drafts(&mut self) -> Vec<CycleDraft> {
-        self.drafts.as_mut().map(std::mem::take).unwrap_or_default()
+    /// Send each cycle's record to `log` from now on (None: nowhere).
+    pub fn set_log(&mut self, log: Option<SpecLog>) {
+        self.cfg.log = log;
     }
 
     /// Start a generation over `history` (drops any pending token from an
@@ -147,6 +136,7 @@ impl Speculator {
     pub fn begin(&mut self, history: &[u32]) -> Result<(), SpecError> {
         self.pending = None;
         self.proposed_last = false;
+        self.cycles = 0;
         self.observed = self.observed.min(history.len());
         self.drafter.sync(history)
     }
@@ -178,9 +168,15 @@ impl Speculator {
         self.observed = start + rows;
     }
 
+    /// The target's logits row `i` of the last cycle's verify forward: the
+    /// row its committed draft `i` was chosen from (for log-probabilities).
+    pub fn verify_row(&self, i: usize) -> &[f32] {
+        self.out.logits_row(i)
+    }
+
     /// Measure the cost of forward passes of a few widths at the current
-    /// context (the cache is restored afterwards).
-    fn profile(&mut self, model: &Model, pool: &ThreadPool, cache: &mut KvCache, tok: u32) -> Result<(), SpecError> {
+    /// context (the cache is restored afterwards); returns (width, seconds).
+    fn profile(&mut self, model: &Model, pool: &ThreadPool, cache: &mut KvCache, tok: u32) -> Result<Vec<(usize, f64)>, SpecError> {
         let base = cache.len();
         let maxw = (self.cfg.max_draft + 1).min(cache.ctx() - base);
         let mut widths: Vec<usize> = [1, 2, 4, 8, 16].into_iter().filter(|&w| w <= maxw).collect();
@@ -190,6 +186,7 @@ impl Speculator {
         // the fastest of a few runs per width: one preempted sample would
         // otherwise price a width out for many cycles (only widths that are
         // used get re-measured)
+        let mut profile = Vec::with_capacity(widths.len());
         for &w in &widths {
             let toks = vec![tok; w];
             let mut best = f64::INFINITY;
@@ -200,19 +197,15 @@ impl Speculator {
                 cache.truncate(base);
             }
             self.sched.observe_verify(w, best);
+            profile.push((w, best));
         }
-        if self.cfg.log {
-            let c: Vec<String> = widths.iter().map(|&w| format!("{w}:{:.2}", self.sched.verify_cost(w) * 1e3)).collect();
-            eprintln!("spec profile ms per forward by width [{}]", c.join(" "));
-        }
-        Ok(())
+        Ok(profile)
     }
 
     /// Run one cycle. On entry `cache` holds `history` and `logits` are the
-    /// target's logits after it. Appends the emitted tokens to `emitted`
-    /// (1 + accepted). Returns false when the first token was emitted without
-    /// being evaluated (end of generation, token budget or context reached): the
-    /// caller must stop.
+    /// target's logits after it; on return (when it ran) both include the
+    /// committed tokens. `remaining` is how many more tokens the generation
+    /// may emit.
     #[allow(clippy::too_many_arguments)]
     pub fn cycle(
         &mut self,
@@ -224,95 +217,70 @@ impl Speculator {
         sampler: &mut Sampler,
         remaining: usize,
         is_eog: &dyn Fn(u32) -> bool,
-        emitted: &mut Vec<u32>,
-    ) -> Result<bool, SpecError> {
+    ) -> Result<CycleOutcome, SpecError> {
         let t = match self.pending.take() {
             Some(t) => t,
             None => sampler.sample(logits),
         };
-        emitted.push(t);
-        if let Some(tr) = &mut self.trace {
-            tr.push(logits.clone());
-        }
         if is_eog(t) || remaining <= 1 || cache.len() + 1 > cache.ctx() {
-            return Ok(false);
+            return Ok(CycleOutcome::Stopped(t));
         }
+        let mut profile = Vec::new();
         if self.cfg.scheduler.adaptive && !self.sched.has_profile() {
-            self.profile(model, pool, cache, t)?;
-            self.stats.plain_step_secs = self.sched.verify_cost(1);
+            profile = self.profile(model, pool, cache, t)?;
         }
         let room = (remaining - 1).min(cache.ctx() - cache.len() - 1).min(self.cfg.max_draft).min(self.drafter.max_draft());
+
+        // the proposal: a free one (lookup) and, if the plan asks, the drafter's
         self.draft.clear();
-        let mut draft_secs = 0.0;
-        let t0 = Instant::now();
-        // a free proposal (lookup) worth verifying: the length that pays
         self.free.clear();
-        let mut free_k = 0;
-        if self.drafter.propose_free(history, t, room, &mut self.free)? {
+        let t0 = Instant::now();
+        let free_offer = if self.drafter.propose_free(history, t, room, &mut self.free)? {
             self.free.truncate(room);
-            free_k = self.sched.truncate_free(self.free.tokens.len(), &self.free.confidence);
-        }
+            Some(FreeOffer { tokens: self.free.tokens.len(), confidence: self.free.confidence.clone() })
+        } else {
+            None
+        };
         let free_secs = t0.elapsed().as_secs_f64();
-        // it replaces the drafter's proposal when it beats what the drafter
-        // is priced at, and a plain step when the drafter is not asked
-        let first = free_k > 0 && self.sched.free_beats_drafter(free_k, &self.free.confidence, room);
-        let budget = if first { 0 } else { self.sched.budget(room) };
-        if budget > 0 {
+        let ask = self.sched.ask(room, free_offer.as_ref().map(|f| (f.tokens, &f.confidence[..])));
+        let budget = ask.budget;
+        let mut draft_secs = 0.0;
+        let mut draft_priced = false;
+        if budget.tokens > 0 {
             let t0 = Instant::now();
             let params = sampler.params.clone();
             // a drafter that pays per slot stops where truncation would cut
             let sched = &self.sched;
-            self.drafter.propose_until(history, t, budget, &params, sampler.rng(), &mut self.draft, &|c| sched.extends(c))?;
+            self.drafter
+                .propose_until(history, t, budget.tokens, &params, sampler.rng(), &mut self.draft, &|c| sched.extends(&budget, c))?;
             draft_secs = t0.elapsed().as_secs_f64();
-            // all the confidences a block drafter gave, before the budget cut
-            self.sched.observe_proposal(&self.draft.confidence, budget);
-            self.draft.truncate(budget);
             // after cycles without a proposal (or a prompt) the drafter first
             // caught up on the positions committed meanwhile; pricing drafts
             // by that would make them dearer the rarer they are, and keep the
-            // scheduler from drafting again (BENCHMARKS.md §6h). The price is
-            // what a draft costs while drafting.
-            if self.proposed_last {
-                self.sched.observe_draft(self.draft.tokens.len(), draft_secs);
+            // scheduler from drafting again. The price is what a draft costs
+            // while drafting.
+            draft_priced = self.proposed_last;
+            if draft_priced {
+                self.sched.observe_draft(self.draft.tokens.len().min(budget.tokens), draft_secs);
             }
         }
-        self.proposed_last = budget > 0;
-        let free = budget == 0 && free_k > 0;
-        if free {
+        self.proposed_last = budget.tokens > 0;
+        if ask.free {
             std::mem::swap(&mut self.draft, &mut self.free);
             draft_secs = free_secs;
         }
-        let proposed = self.draft.tokens.len();
-        if let Some(rec) = &mut self.drafts {
-            rec.push(CycleDraft {
-                pos: cache.len(),
-                anchor: t,
-                tokens: self.draft.tokens.clone(),
-                confidence: self.draft.confidence.clone(),
-                free,
-            });
+        // the record keeps all the confidences a block drafter gave
+        let confidence = self.draft.confidence.clone();
+        let head = if self.draft.head == self.draft.confidence { Vec::new() } else { self.draft.head.clone() };
+        if !ask.free {
+            self.draft.truncate(budget.tokens);
         }
-        let k = if free { free_k } else { self.sched.truncate(proposed, &self.draft.confidence) };
-        let conf_log = if self.cfg.log {
-            let list = |name: &str, v: &[f32]| {
-                let c: Vec<String> = v.iter().map(|c| format!("{c:.2}")).collect();
-                if v.is_empty() {
-                    String::new()
-                } else {
-                    format!(" {name}=[{}]", c.join(","))
-                }
-            };
-            // a DSpark head's own confidences, where the scheduler was given others
-            let head = if self.draft.head == self.draft.confidence { &[][..] } else { &self.draft.head[..] };
-            list("conf", &self.draft.confidence) + &list("head", head)
-        } else {
-            String::new()
-        };
-        if k < proposed && !free && !self.draft.confidence.is_empty() {
-            self.sched.observe_unverified(k, &self.draft.confidence);
-        }
-        self.draft.truncate(k);
+        let drafted = self.draft.tokens.clone();
 
+        // the plan, and the verify forward over [t, d1..dk]
+        let plan = self.sched.plan(ask, drafted.len(), &self.draft.confidence);
+        let k = plan.verify;
+        self.draft.truncate(k);
         let base = cache.len();
         let mut toks = Vec::with_capacity(k + 1);
         toks.push(t);
@@ -320,33 +288,16 @@ impl Speculator {
         let t1 = Instant::now();
         model.forward(pool, cache, &toks, &LogitRows::All, &self.taps, &mut self.out)?;
         let verify_secs = t1.elapsed().as_secs_f64();
-        self.sched.observe_verify(k + 1, verify_secs);
+        let verification = self.verify(k, sampler, is_eog);
 
-        let rows: Vec<&[f32]> = (0..=k).map(|i| self.out.logits_row(i)).collect();
-        let v = if sampler.params.is_greedy() {
-            verify::greedy(&rows, &self.draft.tokens)
-        } else if self.cfg.opportunistic {
-            verify::opportunistic(&rows, &self.draft.tokens, sampler)
-        } else {
-            verify::sampled(&rows, &self.draft.tokens, &self.draft.dists, sampler)
-        };
-        let (mut a, mut next) = (v.accepted, v.next);
-        // an accepted end-of-generation token ends the stream there
-        if let Some(j) = self.draft.tokens[..a].iter().position(|&x| is_eog(x)) {
-            a = j;
-            next = self.draft.tokens[j];
-        }
+        // commit
+        let a = verification.committed - 1;
         cache.truncate(base + 1 + a);
         history.push(t);
         history.extend_from_slice(&self.draft.tokens[..a]);
         logits.clear();
-        logits.extend_from_slice(rows[a]);
-        emitted.extend_from_slice(&self.draft.tokens[..a]);
-        if let Some(tr) = &mut self.trace {
-            tr.extend(rows[..a].iter().map(|r| r.to_vec()));
-        }
-        self.pending = Some(next);
-
+        logits.extend_from_slice(self.out.logits_row(a));
+        self.pending = Some(verification.next);
         self.drafter.sync(history)?;
         if !self.taps.is_empty() {
             // hidden rows of the committed positions base..=base+a
@@ -355,33 +306,48 @@ impl Speculator {
             self.drafter.observe(base, a + 1, &slices);
             self.observed = base + a + 1;
         }
-        // statistics count what verification accepted (an accepted end token
-        // included), even when the commit stops at that end token
-        self.drafter.feedback(k, v.accepted);
-        // the scheduler's estimates describe the drafter it prices; a free
-        // proposal's confidences are already measured acceptance
-        if k > 0 && !free {
-            self.sched.observe_acceptance(k, v.accepted);
-            self.sched.observe_confidence(&self.draft.confidence, v.accepted);
+
+        self.cycles += 1;
+        let rec = CycleRecord {
+            cycle: self.cycles,
+            pos: base,
+            anchor: t,
+            profile,
+            free_offer,
+            plan,
+            drafted,
+            confidence,
+            head,
+            draft_secs,
+            draft_priced,
+            verification,
+            verify_secs,
+        };
+        self.drafter.feedback(&rec);
+        self.sched.observe_cycle(&rec);
+        self.stats.record(&rec);
+        if let Some(log) = &self.cfg.log {
+            log.write(&rec);
         }
-        self.sched.end_cycle(k > 0 && !free);
-        self.stats.record(proposed, k, v.accepted, draft_secs, verify_secs);
-        if !free {
-            // calibration statistics of the drafter's own confidences
-            self.stats.record_confidence(&self.draft.confidence, v.accepted);
-        }
-        if self.cfg.log {
-            eprintln!(
-                "spec cycle={} pos={base}{} drafted={proposed} cut={} verified={k} accepted={a} committed={}{conf_log} draft={:?} next={next} draft_ms={:.2} verify_ms={:.2}",
-                self.stats.cycles,
-                if free { " free" } else { "" },
-                proposed - k,
-                a + 1,
-                self.draft.tokens,
-                draft_secs * 1e3,
-                verify_secs * 1e3
-            );
-        }
-        Ok(true)
+        Ok(CycleOutcome::Ran(Box::new(rec)))
+    }
+
+    /// The acceptance rule over the verify forward's rows for the first `k`
+    /// drafts of `self.draft`.
+    fn verify(&self, k: usize, sampler: &mut Sampler, is_eog: &dyn Fn(u32) -> bool) -> Verification {
+        let rows: Vec<&[f32]> = (0..=k).map(|i| self.out.logits_row(i)).collect();
+        let v = if sampler.params.is_greedy() {
+            verify::greedy(&rows, &self.draft.tokens)
+        } else if self.cfg.opportunistic {
+            verify::opportunistic(&rows, &self.draft.tokens, sampler)
+        } else {
+            verify::sampled(&rows, &self.draft.tokens, &self.draft.dists, sampler)
+        };
+        // an accepted end-of-generation token ends the stream there
+        let (committed, next) = match self.draft.tokens[..v.accepted].iter().position(|&x| is_eog(x)) {
+            Some(j) => (j + 1, self.draft.tokens[j]),
+            None => (v.accepted + 1, v.next),
+        };
+        Verification { accepted: v.accepted, committed, next }
     }
 }

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::cycle::CycleRecord;
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SpecStats {
     /// Verify cycles run (each commits ≥ 1 token).
@@ -63,7 +65,12 @@ fn add_into<T: Copy + Default + std::ops::AddAssign>(dst: &mut Vec<T>, src: &[T]
 }
 
 impl SpecStats {
-    pub fn record(&mut self, proposed: usize, drafted: usize, accepted: usize, draft_secs: f64, verify_secs: f64) {
+    /// Count one cycle.
+    pub fn record(&mut self, rec: &CycleRecord) {
+        if let Some(&(_, secs)) = rec.profile.iter().find(|p| p.0 == 1) {
+            self.plain_step_secs = secs;
+        }
+        let (proposed, drafted, accepted) = (rec.drafted.len(), rec.plan.verify, rec.verification.accepted);
         self.cycles += 1;
         if drafted == 0 {
             self.plain_cycles += 1;
@@ -81,9 +88,14 @@ impl SpecStats {
                 *hit += 1;
             }
         }
-        self.draft_secs += draft_secs;
-        self.verify_secs += verify_secs;
-        *slot(&mut self.width_secs, drafted) += verify_secs;
+        self.draft_secs += rec.draft_secs;
+        self.verify_secs += rec.verify_secs;
+        *slot(&mut self.width_secs, drafted) += rec.verify_secs;
+        if !rec.plan.ask.free {
+            // calibration statistics of the drafter's own confidences
+            let conf = rec.drafted_confidence();
+            self.record_confidence(&conf[..drafted.min(conf.len())], accepted);
+        }
     }
 
     /// Mean seconds of the verify forwards of `rows` rows (`rows` ≥ 1), None
@@ -96,7 +108,7 @@ impl SpecStats {
 
     /// Record the drafter's confidences for a verified draft of which the
     /// first `accepted` were accepted.
-    pub fn record_confidence(&mut self, confidence: &[f32], accepted: usize) {
+    fn record_confidence(&mut self, confidence: &[f32], accepted: usize) {
         for (i, &c) in confidence.iter().enumerate() {
             if i > accepted {
                 break;
@@ -241,19 +253,21 @@ impl SpecStats {
 mod tests {
     use super::*;
 
+    use CycleRecord as C;
+
     #[test]
     fn verify_time_is_kept_per_width_and_merged() {
         let mut a = SpecStats::default();
-        a.record(0, 0, 0, 0.0, 0.004);
-        a.record(0, 0, 0, 0.0, 0.006);
-        a.record(2, 1, 1, 0.001, 0.007);
+        a.record(&C::of_counts(0, 0, 0, 0.0, 0.004));
+        a.record(&C::of_counts(0, 0, 0, 0.0, 0.006));
+        a.record(&C::of_counts(2, 1, 1, 0.001, 0.007));
         assert_eq!(a.mean_forward_secs(1), Some(0.005));
         assert_eq!(a.mean_forward_secs(2), Some(0.007));
         assert_eq!(a.mean_forward_secs(3), None);
         assert_eq!(a.mean_forward_secs(0), None);
         let mut b = SpecStats::default();
-        b.record(4, 3, 0, 0.001, 0.012);
-        b.record(0, 0, 0, 0.0, 0.008);
+        b.record(&C::of_counts(4, 3, 0, 0.001, 0.012));
+        b.record(&C::of_counts(0, 0, 0, 0.0, 0.008));
         a.merge(&b);
         assert!((a.mean_forward_secs(1).unwrap() - 0.006).abs() < 1e-15);
         assert_eq!(a.mean_forward_secs(4), Some(0.012));
@@ -265,7 +279,7 @@ mod tests {
     fn plain_step_is_measured_one_row_forwards_or_nothing() {
         // fixed drafting: only 5-row forwards, nothing to price a plain step by
         let mut a = SpecStats::default();
-        a.record(4, 4, 1, 0.001, 0.011);
+        a.record(&C::of_counts(4, 4, 1, 0.001, 0.011));
         assert_eq!(a.plain_step_estimate(), None);
         assert_eq!(a.saved_secs(), None);
         assert!(a.report().contains("plain step not measured"), "{}", a.report());
@@ -274,8 +288,8 @@ mod tests {
         assert_eq!(a.plain_step_estimate(), Some(0.009));
         assert!(a.report().contains("plain step 9.00 ms (profiled one-row forward)"), "{}", a.report());
         // plain cycles measured later win over the (stale) profile
-        a.record(0, 0, 0, 0.0, 0.006);
-        a.record(0, 0, 0, 0.0, 0.008);
+        a.record(&C::of_counts(0, 0, 0, 0.0, 0.006));
+        a.record(&C::of_counts(0, 0, 0, 0.0, 0.008));
         assert_eq!(a.plain_step_estimate(), Some(0.007));
         // 2 + 1 + 1 committed at 7 ms, against 1 ms of drafting and 25 ms of verifies
         let saved = a.saved_secs().unwrap();

@@ -10,7 +10,7 @@ use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
-use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::drafter::{Drafter, Proposal};
 use tandem_speculative::sampling::{Rng, Sampler, SamplerParams};
 use tandem_speculative::{DraftModel, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
@@ -31,7 +31,7 @@ impl Drafter for Fixed {
     fn sync(&mut self, _h: &[u32]) -> Result<(), SpecError> {
         Ok(())
     }
-    fn propose(&mut self, _h: &[u32], _n: u32, max: usize, _p: &SamplerParams, _r: &mut Rng, out: &mut Draft) -> Result<(), SpecError> {
+    fn propose(&mut self, _h: &[u32], _n: u32, max: usize, _p: &SamplerParams, _r: &mut Rng, out: &mut Proposal) -> Result<(), SpecError> {
         out.clear();
         out.tokens.extend(self.0.iter().take(max));
         Ok(())
@@ -77,7 +77,7 @@ fn run(m: &Model, pool: &ThreadPool, prompt: &[u32], mut make: impl FnMut() -> S
         sp.begin(&hist).unwrap();
         let mut em = vec![];
         while em.len() < 2 {
-            sp.cycle(m, pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false, &mut em).unwrap();
+            em.extend(sp.cycle(m, pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false).unwrap().emitted());
         }
         *counts.entry((em[0], em[1])).or_insert(0) += 1;
     }

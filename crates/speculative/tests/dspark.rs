@@ -65,7 +65,7 @@ proptest! {
         let d2t = reduced.then(|| (0..m.cfg.vocab as u32).filter(|i| i % 3 != 1).take(192).collect());
         let dm = drafter_model(&m, seed, block.max(1), d2t, hints);
         let drafter = DSparkDrafter::new(dm, pool.clone(), 512, DSparkOptions { block_size: block, confidence: cut }).unwrap();
-        let cfg = SpecConfig { max_draft: block, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
+        let cfg = SpecConfig { max_draft: block, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: None };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
         let got = common::speculative(&m, &pool, &prompt, 40, &mut sp);
         prop_assert_eq!(got, want);
@@ -91,7 +91,7 @@ fn drafts_are_accepted_sometimes() {
             max_draft: 4,
             scheduler: SchedulerConfig { adaptive: false, ..Default::default() },
             opportunistic: false,
-            log: false,
+            log: None,
         };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
         let want = common::plain(&m, &pool, &prompt, 60);
@@ -126,10 +126,10 @@ fn primed(hints: bool) -> (DSparkDrafter, Vec<u32>) {
 #[test]
 fn a_proposal_stops_where_asked() {
     use tandem_speculative::sampling::Rng;
-    use tandem_speculative::{Draft, Drafter};
+    use tandem_speculative::{Drafter, Proposal};
     let (mut d, prompt) = primed(true);
     let params = SamplerParams::greedy();
-    let mut full = Draft::default();
+    let mut full = Proposal::default();
     d.propose(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut full).unwrap();
     assert_eq!((full.tokens.len(), full.confidence.len(), full.head.len()), (4, 4, 4));
     assert!(full.confidence.iter().all(|&p| p > 0.0 && p <= 1.0), "{:?}", full.confidence);
@@ -140,7 +140,7 @@ fn a_proposal_stops_where_asked() {
             asked.borrow_mut().push(c.to_vec());
             c.len() <= stop
         };
-        let mut cut = Draft::default();
+        let mut cut = Proposal::default();
         d.propose_until(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut cut, &more).unwrap();
         assert_eq!(cut.tokens, full.tokens[..stop]);
         assert_eq!(cut.confidence, full.confidence[..stop]);
@@ -159,10 +159,10 @@ fn a_proposal_stops_where_asked() {
 #[test]
 fn sampled_proposals_are_priced_by_the_head() {
     use tandem_speculative::sampling::Rng;
-    use tandem_speculative::{Draft, Drafter};
+    use tandem_speculative::{Drafter, Proposal};
     let (mut d, prompt) = primed(false);
     let params = SamplerParams { temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 };
-    let mut draft = Draft::default();
+    let mut draft = Proposal::default();
     d.propose(&prompt[..9], prompt[9], 4, &params, &mut Rng::new(1), &mut draft).unwrap();
     assert_eq!((draft.tokens.len(), draft.dists.len()), (4, 4));
     assert_eq!(draft.confidence, draft.head);
@@ -254,7 +254,7 @@ fn sampled(hints: bool) {
         sp.observe(0, prompt.len(), &hidden0);
         let mut em = vec![];
         while em.len() < 2 {
-            sp.cycle(&m, &pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false, &mut em).unwrap();
+            em.extend(sp.cycle(&m, &pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false).unwrap().emitted());
         }
         *counts.entry((em[0], em[1])).or_insert(0u64) += 1;
     }

@@ -11,7 +11,7 @@ use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
-use tandem_speculative::drafter::{Draft, Drafter};
+use tandem_speculative::drafter::{Drafter, Proposal};
 use tandem_speculative::sampling::{Rng, Sampler, SamplerParams};
 use tandem_speculative::{DraftModel, HybridDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
@@ -29,13 +29,11 @@ fn spec_greedy(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut 
     let mut sampler = Sampler::new(SamplerParams::greedy());
     sp.begin(&history).unwrap();
     let mut res = vec![];
-    let mut emitted = vec![];
     while res.len() < n {
-        emitted.clear();
-        let fed = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted).unwrap();
-        res.extend_from_slice(&emitted);
+        let c = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false).unwrap();
+        res.extend(c.emitted());
         assert_eq!(cache.len(), history.len(), "cache holds exactly the committed history");
-        if !fed {
+        if !c.ran() {
             break;
         }
     }
@@ -68,7 +66,7 @@ impl Drafter for Oracle {
         max: usize,
         _p: &SamplerParams,
         _r: &mut Rng,
-        out: &mut Draft,
+        out: &mut Proposal,
     ) -> Result<(), SpecError> {
         out.clear();
         let start = history.len() + 1 - self.prompt_len;

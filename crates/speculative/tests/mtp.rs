@@ -14,7 +14,7 @@ use tandem_model::mtp::{CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model, MtpHead, TargetId};
 use tandem_speculative::sampling::{Rng, SamplerParams};
-use tandem_speculative::{Draft, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, Speculator};
+use tandem_speculative::{Drafter, HybridDrafter, MtpDrafter, NgramDrafter, Proposal, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() };
@@ -79,7 +79,7 @@ proptest! {
         let prompt: Vec<u32> = (0..12).map(|i| ((seed as u32).wrapping_mul(31) + i * 17) % 300 + 4).collect();
         let want = common::plain(&m, &pool, &prompt, 40);
         let drafter = MtpDrafter::new(head_with_copy(&m, seed, reduced, fused, copy), pool.clone(), 512, k, margin).unwrap();
-        let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
+        let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: None };
         let mut sp = Speculator::new(Box::new(drafter), cfg).unwrap();
         let got = common::speculative(&m, &pool, &prompt, 40, &mut sp);
         prop_assert_eq!(got, want);
@@ -93,7 +93,7 @@ proptest! {
         let want = common::plain(&m, &pool, &rep, 40);
         let drafter = MtpDrafter::new(head_with(&m, seed, reduced, fused), pool.clone(), 512, k.min(2), margin).unwrap();
         let hybrid = HybridDrafter::new(NgramDrafter::new(2, 4, k).unwrap(), Box::new(drafter));
-        let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: false };
+        let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: None };
         let mut sp = Speculator::new(Box::new(hybrid), cfg).unwrap();
         prop_assert_eq!(common::speculative(&m, &pool, &rep, 40, &mut sp), want, "lookup before mtp");
     }
@@ -145,7 +145,7 @@ fn drafts_come_from_the_right_rows() {
             let slices: Vec<&[f32]> = rows.iter().map(|r| &r[..]).collect();
             dr.observe(a, b - a, &slices);
         }
-        let mut draft = Draft::default();
+        let mut draft = Proposal::default();
         dr.propose(&toks[..n], toks[n], 1, &SamplerParams::greedy(), &mut Rng::new(1), &mut draft).unwrap();
         assert_eq!(draft.tokens, vec![h.to_target(best)], "fused {fused}, copy {copy}");
         firsts.push(lg);
@@ -181,7 +181,7 @@ fn a_hint_outside_the_draft_vocabulary_is_drafted() {
     dr.sync(&toks[..n]).unwrap();
     let slices: Vec<&[f32]> = out.hidden.iter().map(|r| &r[..]).collect();
     dr.observe(0, n, &slices);
-    let mut draft = Draft::default();
+    let mut draft = Proposal::default();
     dr.propose(&toks[..n], toks[n], 2, &SamplerParams::greedy(), &mut Rng::new(1), &mut draft).unwrap();
     assert_eq!(draft.tokens, vec![13, 20]);
     assert!(draft.confidence[0] > 0.99, "the hint row dominates: {:?}", draft.confidence);

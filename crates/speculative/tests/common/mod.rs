@@ -35,13 +35,12 @@ pub fn speculative(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &
     let mut logits = out.logits_row(0).to_vec();
     let mut sampler = Sampler::new(SamplerParams::greedy());
     sp.begin(&history).unwrap();
-    let (mut res, mut emitted) = (vec![], vec![]);
+    let mut res = vec![];
     while res.len() < n {
-        emitted.clear();
-        let fed = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false, &mut emitted).unwrap();
-        res.extend_from_slice(&emitted);
+        let c = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false).unwrap();
+        res.extend(c.emitted());
         assert_eq!(cache.len(), history.len());
-        if !fed {
+        if !c.ran() {
             break;
         }
     }
