@@ -1,7 +1,7 @@
 //! The generation engine: a loaded model with its tokenizer and thread pool,
-//! sessions that own a KV cache, sampling, and the measurement jobs (bench,
-//! perplexity). The CLI and (later) the server and the speculative decoder are
-//! built on [`Session`].
+//! sessions that own a KV cache and decode plainly or speculatively, and the
+//! measurement jobs (bench, perplexity). The CLI and the server are built on
+//! [`Session`].
 
 #![forbid(unsafe_code)]
 
@@ -15,7 +15,7 @@ pub mod speculation;
 
 pub use session::{Engine, EngineError, GenParams, GenStats, Session, StopReason};
 pub use speculation::SpecOptions;
-/// Sampling lives with speculation (exact acceptance needs the final distribution).
-pub use tandem_speculative::sampling;
-pub use tandem_speculative::sampling::{Sampler, SamplerParams};
+/// Sampling, below plain and speculative decoding alike.
+pub use tandem_sampling as sampling;
+pub use tandem_sampling::{Sampler, SamplerParams};
 pub use tandem_speculative::{CycleRecord, SpecLog, SpecStats, Speculator};

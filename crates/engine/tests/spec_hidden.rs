@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use tandem_engine::{Engine, GenParams, SamplerParams, Session};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, HiddenTap, LogitRows};
+use tandem_sampling::{Rng, SamplerParams as Sp};
 use tandem_speculative::drafter::{Drafter, Proposal};
-use tandem_speculative::sampling::{Rng, SamplerParams as Sp};
 use tandem_speculative::{SpecConfig, SpecError, Speculator};
 
 type Rows = Arc<Mutex<HashMap<usize, Vec<Vec<f32>>>>>;

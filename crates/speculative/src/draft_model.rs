@@ -7,8 +7,8 @@ use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, KvCache, LogitRows, Model};
 
 use crate::drafter::{Drafter, Proposal};
-use crate::sampling::{argmax, Rng, Sampler, SamplerParams};
 use crate::SpecError;
+use tandem_sampling::{argmax, Rng, Sampler, SamplerParams};
 
 pub struct DraftModel {
     model: Arc<Model>,

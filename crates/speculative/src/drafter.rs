@@ -1,8 +1,8 @@
 use tandem_model::HiddenTap;
 
 use crate::cycle::CycleRecord;
-use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
+use tandem_sampling::{Rng, SamplerParams};
 
 /// A proposal: tokens, and optionally the distribution each was drawn from
 /// (for exact acceptance at temperature > 0) and a per-token confidence

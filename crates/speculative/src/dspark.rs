@@ -14,8 +14,8 @@ use tandem_kernels::ThreadPool;
 use tandem_model::{DSparkModel, HiddenTap, KvCache};
 
 use crate::drafter::{Drafter, Proposal};
-use crate::sampling::{argmax, Rng, Sampler, SamplerParams};
 use crate::SpecError;
+use tandem_sampling::{argmax, Rng, Sampler, SamplerParams};
 
 /// Runtime settings of the DSpark drafter.
 #[derive(Debug, Clone, Copy)]

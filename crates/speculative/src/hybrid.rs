@@ -21,8 +21,8 @@ use tandem_model::HiddenTap;
 use crate::cycle::CycleRecord;
 use crate::drafter::{Drafter, Proposal};
 use crate::ngram::NgramDrafter;
-use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
+use tandem_sampling::{Rng, SamplerParams};
 
 /// Decay of the lookup's counts per lookup proposal, verified or declined:
 /// the estimate of a match length the scheduler keeps declining drifts back

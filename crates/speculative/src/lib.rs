@@ -21,7 +21,6 @@ pub mod dspark;
 pub mod hybrid;
 pub mod mtp;
 pub mod ngram;
-pub mod sampling;
 pub mod scheduler;
 pub mod speculator;
 pub mod stats;

@@ -14,8 +14,8 @@ use tandem_kernels::ThreadPool;
 use tandem_model::{HiddenTap, KvCache, MtpHead};
 
 use crate::drafter::{Drafter, Proposal};
-use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
+use tandem_sampling::{Rng, SamplerParams};
 
 pub struct MtpDrafter {
     head: Arc<MtpHead>,

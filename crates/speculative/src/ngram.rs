@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use crate::drafter::{Drafter, Proposal};
-use crate::sampling::{Rng, SamplerParams};
 use crate::SpecError;
+use tandem_sampling::{Rng, SamplerParams};
 
 pub struct NgramDrafter {
     min_n: usize,

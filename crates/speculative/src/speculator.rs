@@ -7,10 +7,10 @@ use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 
 use crate::cycle::{CycleRecord, FreeOffer, SpecLog, Verification};
 use crate::drafter::{Drafter, Proposal};
-use crate::sampling::Sampler;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::SpecStats;
 use crate::verify;
+use tandem_sampling::Sampler;
 
 /// Timed runs per width when profiling forward costs.
 const PROFILE_RUNS: usize = 2;

@@ -2,7 +2,7 @@
 //! `[t, d1..di]`, i.e. the distribution that d_{i+1} (or the correction) is
 //! drawn from.
 
-use crate::sampling::{argmax, Rng, Sampler};
+use tandem_sampling::{argmax, Rng, Sampler};
 
 /// Outcome of verifying one draft.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub fn opportunistic(rows: &[&[f32]], draft: &[u32], sampler: &mut Sampler) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::SamplerParams;
+    use tandem_sampling::SamplerParams;
 
     /// Pearson chi-square statistic and a conservative bound: the test fails only
     /// if the statistic exceeds the 1e-6 upper quantile (Wilson–Hilferty

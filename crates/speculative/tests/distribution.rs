@@ -10,8 +10,8 @@ use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
+use tandem_sampling::{Rng, Sampler, SamplerParams};
 use tandem_speculative::drafter::{Drafter, Proposal};
-use tandem_speculative::sampling::{Rng, Sampler, SamplerParams};
 use tandem_speculative::{DraftModel, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
 fn model(seed: u64) -> Arc<Model> {

@@ -14,7 +14,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{DSparkModel, ForwardOutput, HiddenTap, LogitRows, Model, TargetId};
-use tandem_speculative::sampling::{Sampler, SamplerParams};
+use tandem_sampling::{Sampler, SamplerParams};
 use tandem_speculative::{DSparkDrafter, DSparkOptions, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64, spec: SyntheticSpec) -> Arc<Model> {
@@ -125,7 +125,7 @@ fn primed(hints: bool) -> (DSparkDrafter, Vec<u32>) {
 /// of its token, and the head's confidences come beside it.
 #[test]
 fn a_proposal_stops_where_asked() {
-    use tandem_speculative::sampling::Rng;
+    use tandem_sampling::Rng;
     use tandem_speculative::{Drafter, Proposal};
     let (mut d, prompt) = primed(true);
     let params = SamplerParams::greedy();
@@ -158,7 +158,7 @@ fn a_proposal_stops_where_asked() {
 /// probability would bias the accepted tokens).
 #[test]
 fn sampled_proposals_are_priced_by_the_head() {
-    use tandem_speculative::sampling::Rng;
+    use tandem_sampling::Rng;
     use tandem_speculative::{Drafter, Proposal};
     let (mut d, prompt) = primed(false);
     let params = SamplerParams { temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 };

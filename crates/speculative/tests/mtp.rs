@@ -13,7 +13,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::mtp::{CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model, MtpHead, TargetId};
-use tandem_speculative::sampling::{Rng, SamplerParams};
+use tandem_sampling::{Rng, SamplerParams};
 use tandem_speculative::{Drafter, HybridDrafter, MtpDrafter, NgramDrafter, Proposal, SchedulerConfig, SpecConfig, Speculator};
 
 fn target(seed: u64) -> Arc<Model> {

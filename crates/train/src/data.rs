@@ -23,7 +23,7 @@ use half::f16;
 use indicatif::{ProgressBar, ProgressStyle};
 use tandem_engine::Engine;
 use tandem_model::{ForwardOutput, HiddenTap, LogitRows};
-use tandem_speculative::sampling::{argmax, Sampler, SamplerParams};
+use tandem_sampling::{argmax, Sampler, SamplerParams};
 use tandem_tokenizer::ChatMessage;
 
 const MAGIC: &[u8; 8] = b"TDMDATA1";

@@ -346,7 +346,7 @@ mod tests {
         s
     }
 
-    /// The stall of BENCHMARKS.md §6g: a head that was confident and wrong on
+    /// The stall of docs/experiments/002-mtp-head.md §6g: a head that was confident and wrong on
     /// one kind of text, then confident and right on the next, must be
     /// verified again; the old verdict may not hold for good.
     #[test]
@@ -529,7 +529,7 @@ mod tests {
     }
 
     /// Costs of a forward of 1..=5 rows and of a block proposal, as
-    /// measured on this project's AVX2 machine (BENCHMARKS.md §7o, in plain
+    /// measured on this project's AVX2 machine (docs/experiments/001-plain-decode-kernels.md §7o, in plain
     /// tokens).
     fn block_sched() -> Sim {
         let mut s = Sim::new(5);

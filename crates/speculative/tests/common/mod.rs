@@ -5,7 +5,7 @@
 
 use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, HiddenTap, LogitRows, Model};
-use tandem_speculative::sampling::{argmax, Sampler, SamplerParams};
+use tandem_sampling::{argmax, Sampler, SamplerParams};
 use tandem_speculative::Speculator;
 
 /// `n` tokens of plain greedy decoding after `prompt`.
