@@ -126,12 +126,6 @@ pub struct TrainDsparkArgs {
     /// them the biases start at 3·n and 0. 0: as the init file has it.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub copy_ngram: usize,
-    /// Also add slot 0's copy hint (known before the backbone runs) to its
-    /// input: the hinted token's embedding times a learned factor per suffix
-    /// length, starting at zero (tandem metadata `tandem-dspark.copy_embed`;
-    /// llama.cpp ignores it and drafts without).
-    #[arg(long)]
-    pub copy_embed: bool,
     /// Anchors (blocks) per sequence per step.
     #[arg(long, default_value_t = 32)]
     pub anchors: usize,
@@ -139,29 +133,17 @@ pub struct TrainDsparkArgs {
     /// slot's loss (0..=1); the rest goes to the distribution term.
     #[arg(long, default_value_t = 0.1, value_name = "F")]
     pub ce_weight: f32,
-    /// Distribution term: soft cross-entropy against the target's whole
-    /// draft-vocabulary distribution (as the MTP trainer's --distill) instead
-    /// of total variation.
-    #[arg(long)]
-    pub soft_ce: bool,
-    /// Compute the loss's distribution terms (cross-entropy, TV or soft
-    /// cross-entropy, the confidence label) in one fused pass per row
+    /// Compute the loss's distribution terms (cross-entropy, total
+    /// variation, the confidence label) in one fused pass per row
     /// instead of candle's element-wise ops: faster, not the same bits.
     #[arg(long)]
     pub fused_loss: bool,
-    /// Share of each sequence's drawn anchors (the seeds, with
-    /// --chain-anchors) drawn with weight 1 − p (p: the
+    /// Share of each sequence's anchors drawn with weight 1 − p (p: the
     /// target's probability of its own greedy token at the position before
     /// the anchor), the rest uniformly: decoding starts its cycles after
     /// the drafter's misses, which fall where the target is unsure.
     #[arg(long, default_value_t = 0.0, value_name = "F")]
     pub hard_anchors: f32,
-    /// Chained anchors: draw anchors/(1+H) seeds per sequence, then H hops,
-    /// each adding the anchors that decoding with full blocks takes next
-    /// under the drafter being trained (one past its first miss), so that
-    /// training meets the cycle starts decoding meets. 0: off.
-    #[arg(long, default_value_t = 0, value_name = "H")]
-    pub chain_anchors: usize,
     /// Sequences per optimiser step.
     #[arg(long, default_value_t = 4)]
     pub batch: usize,
@@ -376,9 +358,13 @@ pub struct SpecArgs {
     /// Speculate with a separate draft model (must share the target's vocabulary).
     #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
     pub draft_model: Option<PathBuf>,
-    /// Speculate with a support model: an MTP head or a DSpark drafter trained
-    /// for this target (the kind is detected from its tensors). A file that
-    /// does not fit the target is reported and plain decoding goes on.
+    /// Speculate with a support model trained for this target: an MTP head
+    /// or a DSpark drafter, used as its tensors say. A file that does not fit
+    /// the target is reported and plain decoding goes on.
+    #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
+    pub drafter: Option<PathBuf>,
+    /// ds4's spelling of a support model: an MTP head, or with --dspark the
+    /// DSpark drafter in the file.
     #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
     pub mtp: Option<PathBuf>,
     /// MTP: most chained draft steps per cycle (default 1, the best measured
@@ -438,6 +424,7 @@ impl SpecArgs {
             fixed_length: self.spec_fixed,
             opportunistic: self.spec_opportunistic,
             log: self.spec_log.clone(),
+            drafter: self.drafter.clone(),
             mtp: self.mtp.clone(),
             mtp_draft: self.mtp_draft,
             mtp_margin: self.mtp_margin,

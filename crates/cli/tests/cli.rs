@@ -342,3 +342,28 @@ fn catalogue_names_are_listed_and_accepted() {
         assert!(e.contains("no-such-model") && !e.contains("panicked"), "{e}");
     }
 }
+
+/// `--drafter FILE` uses a support file as its tensors say: the DSpark
+/// drafter drafts as `--mtp FILE --dspark` does, the MTP head as `--mtp
+/// FILE`; either way the output is plain decoding's.
+#[test]
+fn drafter_uses_a_support_file_as_its_kind_says() {
+    let base = ["-p", "Name three colors.", "-n", "24", "--temp", "0"];
+    let (plain, _) = run_ok(&base);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/support");
+    for (file, ds4, name) in
+        [("smollm2-135m-instruct-dspark.gguf", Some("--dspark"), "dspark"), ("smollm2-135m-instruct-mtp.gguf", None, "mtp")]
+    {
+        let path = dir.join(file);
+        let path = path.to_str().unwrap();
+        let (a, ea) = run_ok(&[&base[..], &["--drafter", path]].concat());
+        let mut ds4_args = vec!["--mtp", path];
+        ds4_args.extend(ds4);
+        let (b, eb) = run_ok(&[&base[..], &ds4_args[..]].concat());
+        assert_eq!(a, plain, "--drafter {file}");
+        assert_eq!(b, plain, "--mtp {file}");
+        let drafter = |err: &str| err.lines().find(|l| l.starts_with("speculative decoding:")).map(str::to_string);
+        assert!(drafter(&ea).is_some_and(|l| l.to_lowercase().contains(name)), "{ea}");
+        assert_eq!(drafter(&ea), drafter(&eb), "{ea}\n{eb}");
+    }
+}

@@ -29,7 +29,12 @@ pub struct SpecOptions {
     pub opportunistic: bool,
     /// Write each cycle's record as a JSON line to this file (`-`: stderr).
     pub log: Option<PathBuf>,
-    /// A support file (MTP head or DSpark drafter), kind decided by its tensors.
+    /// A support file used as its kind says: an MTP head as MTP, a DSpark
+    /// drafter as DSpark (the kind is decided by its tensors).
+    pub drafter: Option<PathBuf>,
+    /// A support file in ds4's spelling: an MTP head, or with `dspark` the
+    /// DSpark drafter (a DSpark file without it is reported and decoding
+    /// stays plain, as ds4 does).
     pub mtp: Option<PathBuf>,
     /// MTP: most chained draft steps per cycle (None: the measured default).
     pub mtp_draft: Option<usize>,
@@ -58,13 +63,25 @@ pub const MTP_DEFAULT_DRAFT: usize = 1;
 
 impl SpecOptions {
     pub fn enabled(&self) -> bool {
-        self.lookup.is_some() || self.draft_model.is_some() || self.mtp.is_some()
+        self.lookup.is_some() || self.draft_model.is_some() || self.mtp.is_some() || self.drafter.is_some()
     }
 }
 
 impl Engine {
     /// The speculator the options ask for, or None when speculation is off.
     pub fn speculator(&self, o: &SpecOptions, ctx: usize) -> Result<Option<Speculator>, EngineError> {
+        if let Some(path) = &o.drafter {
+            if o.mtp.is_some() {
+                return Err(SpecError::BadOption("give the support file once: --drafter FILE or --mtp FILE".into()).into());
+            }
+            // the file's kind decides how it drafts
+            let dspark = match self.open_support(path) {
+                Ok((_, kind)) => kind == SupportKind::DSpark,
+                Err(_) => o.dspark,
+            };
+            let o = SpecOptions { mtp: Some(path.clone()), drafter: None, dspark: dspark || o.dspark, ..o.clone() };
+            return self.speculator(&o, ctx);
+        }
         if o.draft_model.is_some() && (o.lookup.is_some() || o.mtp.is_some()) {
             return Err(SpecError::BadOption("--draft-model cannot be combined with --lookup or --mtp".into()).into());
         }
