@@ -9,7 +9,7 @@ prompts=../shared/bench/prompts-dev.jsonl
 mtp=models/support/smollm2-135m-instruct-mtp.gguf
 dspark=models/support/smollm2-135m-instruct-dspark.gguf
 show=${show:-overall|spec:|identical|EXACTNESS}
-cargo build --release -q
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q
 bin=./target/release/tandem
 run() {
     local name=$1; shift

@@ -8,7 +8,7 @@ and, at the positions where both drafted, how often only one was right.
 
 Usage: scripts/first-slot-vs-mtp.py PROMPTS.jsonl LOG_A LOG_B
 (e.g. a DSpark run with --spec-fixed and an MTP run with --spec-fixed
---mtp-draft 1; BENCHMARKS.md §7g).
+--mtp-draft 1; docs/experiments/005-dspark.md §7g).
 """
 import gzip
 import json

@@ -332,7 +332,7 @@ pub fn median(xs: &[f64]) -> Option<f64> {
 /// Several rounds of the same prompt bench in one process (`tandem bench
 /// --prompts F --rounds N`). On this shared machine plain decoding drifts
 /// between runs by more than the changes under test (145 to 268 tok/s in
-/// BENCHMARKS.md §7k), and the speculative ratio drifts with it: one round's
+/// docs/experiments/005-dspark.md §7k), and the speculative ratio drifts with it: one round's
 /// ratio is one sample. The rounds give its spread and its median.
 #[derive(Debug, Clone, Serialize)]
 pub struct RoundsReport {

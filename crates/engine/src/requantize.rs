@@ -3,7 +3,7 @@
 //!
 //! Why: a drafter's step reads all of its weights once per cycle, after the
 //! target's verify pass has pushed them out of the caches, so its draft time
-//! follows its bytes (BENCHMARKS.md §7m: the DSpark drafter in Q4_1 drafts
+//! follows its bytes (docs/experiments/005-dspark.md §7m: the DSpark drafter in Q4_1 drafts
 //! 28% faster than in Q8_0 and proposes the same tokens on the dev prompts).
 //! Speculative output stays exact whatever the drafter's precision: the
 //! target decides every token.

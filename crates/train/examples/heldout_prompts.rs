@@ -1,7 +1,7 @@
 //! The prompts of held-out sequences, as a prompt file for `tandem bench`:
 //! decoding measured on prompts the drafter never trained on but drawn
 //! like its training prompts, to set against the trainer's held-out walk
-//! (BENCHMARKS.md §7l). Sequences are numbered over the token files in the
+//! (docs/experiments/004-scheduler.md §7l). Sequences are numbered over the token files in the
 //! order given (as `--data` then `--also-data`), split as the trainers split
 //! them; every k-th held-out sequence is taken so the files are covered.
 //! Each prompt is written raw (chat template included, special tokens as

@@ -7,8 +7,7 @@
 //! its time in those element-wise passes. Here one pass per row computes
 //!
 //! - `ce`  = −log p_d[label] (0 where the slot has no label),
-//! - `dist` = ½·Σ|p_d − p_t| (total variation), or with `soft_ce`
-//!   −Σ p_t·log p_d,
+//! - `dist` = ½·Σ|p_d − p_t| (total variation),
 //! - `soft` = Σ min(p_d, p_t), the confidence head's label (no gradient),
 //!
 //! with `p_d = softmax(logits)`, and one more pass computes the logits'
@@ -26,13 +25,12 @@ pub const TERMS: usize = 3;
 /// probabilities, a constant). `labels[r]` is the column of row r's label,
 /// `u32::MAX` for none. Only `ce` and `dist` carry gradients; detach
 /// `soft` before using it.
-pub fn dist_terms(logits: &Tensor, pt: &Tensor, labels: &[u32], soft_ce: bool) -> Result<Tensor> {
-    logits.apply_op2(pt, DistTerms { labels: labels.to_vec(), soft_ce })
+pub fn dist_terms(logits: &Tensor, pt: &Tensor, labels: &[u32]) -> Result<Tensor> {
+    logits.apply_op2(pt, DistTerms { labels: labels.to_vec() })
 }
 
 struct DistTerms {
     labels: Vec<u32>,
-    soft_ce: bool,
 }
 
 /// A contiguous f32 `n × v` matrix out of a storage.
@@ -109,7 +107,7 @@ impl CustomOp2 for DistTerms {
                 let (lse, mx) = softmax_row(l, &mut pd);
                 let lab = self.labels[r];
                 o[0] = if (lab as usize) < v { -(l[lab as usize] - mx - lse) } else { 0.0 };
-                o[1] = if self.soft_ce { -sum2(t, l, |ti, li| ti * (li - mx - lse)) } else { 0.5 * sum2(&pd, t, |a, b| (a - b).abs()) };
+                o[1] = 0.5 * sum2(&pd, t, |a, b| (a - b).abs());
                 o[2] = sum2(&pd, t, f32::min);
             })
         });
@@ -117,17 +115,16 @@ impl CustomOp2 for DistTerms {
     }
 
     fn bwd(&self, logits: &Tensor, pt: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let g = logits.apply_op3_no_bwd(pt, &grad.contiguous()?, &DistGrad { labels: self.labels.clone(), soft_ce: self.soft_ce })?;
+        let g = logits.apply_op3_no_bwd(pt, &grad.contiguous()?, &DistGrad { labels: self.labels.clone() })?;
         Ok((Some(g), None))
     }
 }
 
 /// The logits' gradient: `g_ce·(p_d − onehot) + g_dist·∂dist/∂logits`, with
 /// ∂TV/∂l_j = ½·p_j·(s_j − Σ s_i p_i), s = sign(p_d − p_t) (+1 at 0, as
-/// candle's `abs`), and ∂(−Σ p_t log p_d)/∂l_j = p_j·Σ p_t − p_t,j.
+/// candle's `abs`).
 struct DistGrad {
     labels: Vec<u32>,
-    soft_ce: bool,
 }
 
 impl CustomOp3 for DistGrad {
@@ -158,17 +155,12 @@ impl CustomOp3 for DistGrad {
             let g_ce = if (lab as usize) < v { gr[r * TERMS] } else { 0.0 };
             let g_dist = gr[r * TERMS + 1];
             softmax_row(l, o);
-            if self.soft_ce {
-                let st = tandem_kernels::ops::sum_f32(t);
-                o.iter_mut().zip(t).for_each(|(p, ti)| *p = g_ce * *p + g_dist * (*p * st - ti));
-            } else {
-                let s = sum2(o, t, |p, ti| if p >= ti { p } else { -p });
-                let h = 0.5 * g_dist;
-                o.iter_mut().zip(t).for_each(|(p, ti)| {
-                    let sj = if *p >= *ti { 1.0 } else { -1.0 };
-                    *p = g_ce * *p + h * *p * (sj - s);
-                });
-            }
+            let s = sum2(o, t, |p, ti| if p >= ti { p } else { -p });
+            let h = 0.5 * g_dist;
+            o.iter_mut().zip(t).for_each(|(p, ti)| {
+                let sj = if *p >= *ti { 1.0 } else { -1.0 };
+                *p = g_ce * *p + h * *p * (sj - s);
+            });
             if (lab as usize) < v {
                 o[lab as usize] -= g_ce;
             }
@@ -184,7 +176,7 @@ mod tests {
 
     /// The candle composition the fused op replaces (crates/train/src/dspark.rs
     /// before it): per-row ce, dist and soft.
-    fn composed(logits: &Tensor, pt: &Tensor, labels: &[u32], soft_ce: bool) -> Result<(Tensor, Tensor, Tensor)> {
+    fn composed(logits: &Tensor, pt: &Tensor, labels: &[u32]) -> Result<(Tensor, Tensor, Tensor)> {
         let n = labels.len();
         let lsm = candle_nn::ops::log_softmax(logits, D::Minus1)?;
         let pd = lsm.exp()?;
@@ -192,7 +184,7 @@ mod tests {
         let has: Vec<f32> = labels.iter().map(|&l| if l == u32::MAX { 0.0 } else { 1.0 }).collect();
         let ce = (lsm.gather(&Tensor::from_vec(lab, (n, 1), logits.device())?, 1)?.squeeze(1)?.neg()?
             * Tensor::from_vec(has, n, logits.device())?)?;
-        let dist = if soft_ce { (pt * &lsm)?.sum(1)?.neg()? } else { ((&pd - pt)?.abs()?.sum(1)? * 0.5)? };
+        let dist = ((&pd - pt)?.abs()?.sum(1)? * 0.5)?;
         let soft = pd.minimum(pt)?.sum(1)?;
         Ok((ce, dist, soft))
     }
@@ -221,10 +213,10 @@ mod tests {
         let pt = candle_nn::ops::softmax(&Tensor::from_vec(tl, (n, v), &dev)?, D::Minus1)?;
         let wc: Vec<f32> = (0..n).map(|r| 0.3 + r as f32 * 0.1).collect();
         let wd: Vec<f32> = (0..n).map(|r| 1.0 - r as f32 * 0.05).collect();
-        for soft_ce in [false, true] {
+        {
             let x = Var::from_vec(lg.clone(), (n, v), &dev)?;
-            let t = dist_terms(x.as_tensor(), &pt, &labels, soft_ce)?;
-            let (ce, dist, soft) = composed(x.as_tensor(), &pt, &labels, soft_ce)?;
+            let t = dist_terms(x.as_tensor(), &pt, &labels)?;
+            let (ce, dist, soft) = composed(x.as_tensor(), &pt, &labels)?;
             close(&t.narrow(1, 0, 1)?.squeeze(1)?.to_vec1()?, &ce.to_vec1()?, 1e-5, "ce");
             close(&t.narrow(1, 1, 1)?.squeeze(1)?.to_vec1()?, &dist.to_vec1()?, 1e-5, "dist");
             close(&t.narrow(1, 2, 1)?.squeeze(1)?.to_vec1()?, &soft.to_vec1()?, 1e-5, "soft");
@@ -234,7 +226,7 @@ mod tests {
             let lc = ((ce * w(&wc)?)? + (dist * w(&wd)?)?)?.sum_all()?;
             let gf = lf.backward()?.get(x.as_tensor()).unwrap().flatten_all()?.to_vec1::<f32>()?;
             let gc = lc.backward()?.get(x.as_tensor()).unwrap().flatten_all()?.to_vec1::<f32>()?;
-            close(&gf, &gc, 1e-5, if soft_ce { "gradient (soft ce)" } else { "gradient (tv)" });
+            close(&gf, &gc, 1e-5, "gradient");
         }
         Ok(())
     }
@@ -250,9 +242,9 @@ mod tests {
         )?;
         let labels: Vec<u32> = (0..n as u32).map(|r| r * 11).collect();
         let x = Tensor::from_vec(lg, (n, v), &dev)?;
-        let all = dist_terms(&x, &pt, &labels, false)?.flatten_all()?.to_vec1::<f32>()?;
+        let all = dist_terms(&x, &pt, &labels)?.flatten_all()?.to_vec1::<f32>()?;
         for r in 0..n {
-            let one = dist_terms(&x.narrow(0, r, 1)?.contiguous()?, &pt.narrow(0, r, 1)?.contiguous()?, &labels[r..r + 1], false)?;
+            let one = dist_terms(&x.narrow(0, r, 1)?.contiguous()?, &pt.narrow(0, r, 1)?.contiguous()?, &labels[r..r + 1])?;
             let one = one.flatten_all()?.to_vec1::<f32>()?;
             assert_eq!(
                 one.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
@@ -267,8 +259,8 @@ mod tests {
         let dev = Device::Cpu;
         let x = Tensor::zeros((2, 5), candle_core::DType::F32, &dev)?;
         let p = Tensor::zeros((2, 4), candle_core::DType::F32, &dev)?;
-        assert!(dist_terms(&x, &p, &[0, 1], false).is_err());
-        assert!(dist_terms(&x, &x, &[0], false).is_err());
+        assert!(dist_terms(&x, &p, &[0, 1]).is_err());
+        assert!(dist_terms(&x, &x, &[0]).is_err());
         Ok(())
     }
 }

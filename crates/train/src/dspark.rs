@@ -63,18 +63,11 @@ pub struct DSparkTrainConfig {
     pub mask_token: u32,
     /// Copy hints up to this suffix length (0: as the init file has them).
     pub copy_ngram: usize,
-    /// Also feed slot 0's hint embedding into its input (`copy_embed`,
-    /// starting at zero when the init file has none).
-    pub copy_embed: bool,
     /// Anchors per sequence per step.
     pub anchors: usize,
     /// Weight α of the cross-entropy on the target's greedy label; the rest
     /// goes to the distribution term.
     pub ce_weight: f32,
-    /// Distribution term: soft cross-entropy against the target instead of
-    /// total variation (TV matches sampled acceptance; greedy acceptance
-    /// needs the top token right, which the cross-entropies aim at).
-    pub soft_ce: bool,
     /// Compute the distribution terms with the fused op of
     /// [`crate::dist_loss`] instead of candle's element-wise ops (faster; not
     /// the same bits as a run without it).
@@ -85,13 +78,6 @@ pub struct DSparkTrainConfig {
     /// its cycles right after the drafter's misses (the decoding walk of
     /// [`DSparkReport`]), which the target's uncertainty stands in for.
     pub hard_anchors: f32,
-    /// Hops of chained anchors: a sequence's anchors are drawn as
-    /// `anchors / (1 + hops)` seeds (as above), then each hop adds, for every
-    /// anchor of the hop before, the anchor decoding with full blocks would
-    /// take next under the drafter being trained (one past its first
-    /// missed slot). Those are the cycle starts that follow a miss, where
-    /// decoding starts most of its cycles. 0: off.
-    pub chain_anchors: usize,
     /// Sequences per optimiser step.
     pub seqs_per_step: usize,
     pub steps: usize,
@@ -688,21 +674,7 @@ impl DSparkNet {
     }
 
     /// Summed loss over the valid slots and their count.
-    pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, soft_ce: bool, fused: bool, dev: &Device) -> Result<(Tensor, usize)> {
-        self.loss_logits(b, t, ce_weight, soft_ce, fused, dev).map(|(l, c, _)| (l, c))
-    }
-
-    /// [`Self::loss`], plus the draft logits it was computed from (for
-    /// callers that want the drafted tokens, without an argmax for the rest).
-    pub fn loss_logits(
-        &self,
-        b: &Blocks,
-        t: &Targets,
-        ce_weight: f32,
-        soft_ce: bool,
-        fused: bool,
-        dev: &Device,
-    ) -> Result<(Tensor, usize, Tensor)> {
+    pub fn loss(&self, b: &Blocks, t: &Targets, ce_weight: f32, fused: bool, dev: &Device) -> Result<(Tensor, usize)> {
         let bs = self.cfg.block_size;
         let n = t.labels.len();
         let (_, logits, z) = self.forward(b, dev)?;
@@ -726,20 +698,20 @@ impl DSparkNet {
         let (ce, tvd, soft) = if fused {
             // labels of slots outside the supervision (weight 0) are dropped
             let lab: Vec<u32> = lab.iter().zip(&cew).map(|(&l, &w)| if w > 0.0 { l } else { u32::MAX }).collect();
-            let terms = crate::dist_loss::dist_terms(&logits, &pt, &lab, soft_ce)?;
+            let terms = crate::dist_loss::dist_terms(&logits, &pt, &lab)?;
             let col = |i: usize| terms.narrow(1, i, 1)?.squeeze(1);
             (col(0)?, col(1)?, col(2)?.detach())
         } else {
             let lsm = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
             let pd = lsm.exp()?;
             let ce = lsm.gather(&Tensor::from_vec(lab, (n, 1), dev)?, 1)?.squeeze(1)?.neg()?;
-            let tvd = if soft_ce { (&pt * &lsm)?.sum(1)?.neg()? } else { ((&pd - &pt)?.abs()?.sum(1)? * 0.5)? };
+            let tvd = ((&pd - &pt)?.abs()?.sum(1)? * 0.5)?;
             (ce, tvd, pd.minimum(&pt)?.sum(1)?.detach())
         };
         let softplus = (z.relu()? + (z.abs()?.neg()?.exp()? + 1.0)?.log()?)?;
         let bce = (softplus - (soft * &z)?)?;
         let total = ((ce * tv(cew)?)? + (tvd * tv(tvw)?)? + (bce * tv(val)?)?)?.sum_all()?;
-        Ok((total, count, logits))
+        Ok((total, count))
     }
 }
 
@@ -976,15 +948,6 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
     if !(0.0..=1.0).contains(&tc.hard_anchors) {
         bail!("--hard-anchors {}: need a share in 0..=1", tc.hard_anchors);
     }
-    if tc.chain_anchors >= tc.anchors.max(1) {
-        bail!("--chain-anchors {}: need fewer hops than --anchors {}", tc.chain_anchors, tc.anchors);
-    }
-    if tc.copy_embed && init.cfg.copy_embed.is_empty() {
-        if init.cfg.copy_ngram() == 0 {
-            bail!("--copy-embed needs copy hints (--copy-ngram)");
-        }
-        init.cfg.copy_embed = vec![0.0; init.cfg.copy_ngram()];
-    }
     let cfg = init.cfg.clone();
     let d2t: Vec<u32> = init.d2t.clone().unwrap_or_else(|| (0..tcfg.vocab as u32).collect());
     let mut t2d = vec![u32::MAX; tcfg.vocab];
@@ -1045,11 +1008,7 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             if cand.is_empty() {
                 continue;
             }
-            // with chained anchors, the drawn ones (the seeds) are a share of
-            // the budget and each hop spends another share on the anchors
-            // they lead to
-            let k = if tc.chain_anchors > 0 { (tc.anchors / (1 + tc.chain_anchors)).max(1) } else { tc.anchors };
-            let k = k.min(cand.len());
+            let k = tc.anchors.min(cand.len());
             let hard = (tc.hard_anchors * k as f32).round() as usize;
             if hard > 0 {
                 // weighted draws without replacement: the `hard` largest keys
@@ -1074,23 +1033,13 @@ pub fn train(engine: &Arc<Engine>, data: &Dataset, tc: &DSparkTrainConfig, out: 
             }
             cand.truncate(k);
             cand.sort_unstable();
-            for hop in 0..=tc.chain_anchors {
-                let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
-                let (ls, c, logits) = net.loss_logits(&b, &t, tc.ce_weight, tc.soft_ce, tc.fused_loss, &dev)?;
-                count += c;
-                loss = Some(match loss {
-                    None => ls,
-                    Some(x) => (x + ls)?,
-                });
-                if hop == tc.chain_anchors {
-                    break;
-                }
-                let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
-                cand = next_anchors(&cand, &pred, &t.labels, cfg.block_size, s.tokens.len());
-                if cand.is_empty() {
-                    break;
-                }
-            }
+            let (b, t) = make_blocks(model, &cfg, s, &feats.rows[si], &cand, &t2d, &mask_emb);
+            let (ls, c) = net.loss(&b, &t, tc.ce_weight, tc.fused_loss, &dev)?;
+            count += c;
+            loss = Some(match loss {
+                None => ls,
+                Some(x) => (x + ls)?,
+            });
         }
         let Some(loss) = loss else { continue };
         let loss = (loss / count.max(1) as f64)?;
@@ -1163,25 +1112,6 @@ fn export(
     }
     g.write_to(out).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
-}
-
-/// The anchors decoding with full blocks takes after each of `anchors`: one
-/// past the first slot whose drafted token `pred` misses its label (past the
-/// bonus token when none does), kept when inside the sequence (`len`
-/// tokens); sorted, without repeats.
-fn next_anchors(anchors: &[usize], pred: &[u32], labels: &[u32], bs: usize, len: usize) -> Vec<usize> {
-    let mut next: Vec<usize> = anchors
-        .iter()
-        .enumerate()
-        .map(|(k, &a)| {
-            let ok = (0..bs).take_while(|&i| labels[k * bs + i] != u32::MAX && pred[k * bs + i] == labels[k * bs + i]).count();
-            a + ok + 1
-        })
-        .filter(|&a| a < len)
-        .collect();
-    next.sort_unstable();
-    next.dedup();
-    next
 }
 
 /// The cycles that decoding with full blocks takes over a sequence whose
@@ -1297,7 +1227,7 @@ pub fn evaluate(
 
 #[cfg(test)]
 mod tests {
-    use super::{decoding_walk, next_anchors};
+    use super::decoding_walk;
 
     #[test]
     fn the_walk_jumps_over_committed_tokens() {
@@ -1311,20 +1241,5 @@ mod tests {
         let (mut committed, mut acc) = (0u64, vec![0u64; 4]);
         assert_eq!(decoding_walk(&[], &mut committed, &mut acc), 0);
         assert_eq!(committed, 0);
-    }
-
-    #[test]
-    fn chained_anchors_start_one_past_the_first_miss() {
-        // blocks of 2 at anchors 3, 5, 9 (labels 7 = right, 0 = wrong,
-        // MAX = past the end): 3 misses at once → 4; 5 misses its second
-        // slot → 7; 9 gets both right → 12, past a 12-token sequence
-        let pred = [0, 7, 7, 7, 7, 7];
-        let labels = [7, 7, 7, 0, 7, 7];
-        assert_eq!(next_anchors(&[3, 5, 9], &pred, &labels, 2, 12), vec![4, 7]);
-        assert_eq!(next_anchors(&[3, 5, 9], &pred, &labels, 2, 13), vec![4, 7, 12]);
-        // a slot past the end of the sequence (label MAX) ends the run, and
-        // two anchors that lead to the same place give it once
-        let labels = [u32::MAX, 7, 0, 7];
-        assert_eq!(next_anchors(&[3, 3], &[7, 7, 7, 7], &labels, 2, 12), vec![4]);
     }
 }
