@@ -32,7 +32,7 @@
 //! (at most `copy_ngram_max` tokens) of the text so far, and that suffix's
 //! length n (0: none found). Text that repeats itself (lists, loops, quoted
 //! input) is where a one-block head is weakest and where this hint is right
-//! 90% of the time for n = 4 (BENCHMARKS.md §6n):
+//! 90% of the time for n = 4 (docs/experiments/002-mtp-head.md §6n):
 //!
 //! ```text
 //! x      += copy_proj · copy_norm_n(emb(hint)) + copy_len[n]   (no hint: copy_len[0])

@@ -200,7 +200,7 @@ static WIDE_MIN_ROWS: OnceLock<usize> = OnceLock::new();
 /// with the same bits. Prefill and verify passes always gain from the shared
 /// unpacking, but a one-row product reads each weight once and the two
 /// choices differ by CPU: on an Intel Xeon the 512-bit tiles were faster at
-/// one row (BENCHMARKS.md §6p), on an AMD EPYC (family 26) the 256-bit tiles
+/// one row (docs/experiments/001-plain-decode-kernels.md §6p), on an AMD EPYC (family 26) the 256-bit tiles
 /// decoded 10–20% faster on both catalogue models (§0b). So one-row products
 /// use 512 bits on Intel and 256 bits on AMD; `TANDEM_WIDE_ROWS=N` overrides.
 pub fn wide_min_rows() -> usize {
