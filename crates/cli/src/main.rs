@@ -8,6 +8,7 @@
 mod args;
 mod bench;
 mod chat;
+mod errors;
 mod inspect;
 mod quantize;
 mod serve;
@@ -33,7 +34,7 @@ fn main() {
     });
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
     if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", errors::message(&e));
         std::process::exit(1);
     }
 }

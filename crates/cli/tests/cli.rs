@@ -129,9 +129,9 @@ fn bad_speculative_options_give_clear_errors() {
     let other = dir.join("other-vocab.gguf");
     std::fs::write(&other, tandem_model::synthetic::synthetic_llama(&Default::default())).unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--lookup", "--draft-max", "0"], "draft length 0"),
-        (vec!["--lookup", "--draft-max", "1000"], "draft length 1000"),
-        (vec!["--lookup", "--lookup-ngram-min", "3", "--lookup-ngram-max", "2"], "n-gram sizes"),
+        (vec!["--lookup", "--draft-max", "0"], "--draft-max 0: need 1..=32"),
+        (vec!["--lookup", "--draft-max", "1000"], "--draft-max 1000: need 1..=32"),
+        (vec!["--lookup", "--lookup-ngram-min", "3", "--lookup-ngram-max", "2"], "--lookup-ngram-min/--lookup-ngram-max 3..2"),
         (vec!["--draft-model", "/nonexistent/draft.gguf"], "draft model not found"),
         (vec!["--draft-model", other.to_str().unwrap()], "vocabulary"),
         (vec!["--lookup", "--draft-model", other.to_str().unwrap()], "cannot be combined"),
@@ -365,5 +365,27 @@ fn drafter_uses_a_support_file_as_its_kind_says() {
         let drafter = |err: &str| err.lines().find(|l| l.starts_with("speculative decoding:")).map(str::to_string);
         assert!(drafter(&ea).is_some_and(|l| l.to_lowercase().contains(name)), "{ea}");
         assert_eq!(drafter(&ea), drafter(&eb), "{ea}\n{eb}");
+    }
+}
+
+/// Speculative settings that cannot be used are reported with the flags
+/// that set them (the libraries' errors name the settings).
+#[test]
+fn speculative_option_errors_name_the_flags() {
+    let dspark = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/support/smollm2-135m-instruct-dspark.gguf");
+    let dspark = dspark.to_str().unwrap();
+    for (args, want) in [
+        (vec!["--dspark"], "--mtp FILE --dspark"),
+        (vec!["--mtp", dspark, "--dspark", "--dspark-block-size", "9"], "--dspark-block-size 9: need 1..="),
+        (vec!["--lookup", "--draft-max", "99"], "--draft-max 99: need 1..="),
+        (vec!["--drafter", dspark, "--mtp", dspark], "give the support file once"),
+        (vec!["--mtp", dspark, "--spec-require"], "add --dspark"),
+    ] {
+        let mut all = vec!["-p", "x", "-n", "2"];
+        all.extend(&args);
+        let out = tandem().args(&all).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
     }
 }

@@ -13,9 +13,9 @@ pub mod requantize;
 mod session;
 pub mod speculation;
 
-pub use session::{Engine, EngineError, GenParams, GenStats, Session, StopReason};
+pub use session::{Conflict, Engine, EngineError, GenParams, GenStats, Session, StopReason, SupportProblem};
 pub use speculation::SpecOptions;
 /// Sampling, below plain and speculative decoding alike.
 pub use tandem_sampling as sampling;
 pub use tandem_sampling::{Sampler, SamplerParams};
-pub use tandem_speculative::{CycleRecord, SpecLog, SpecStats, Speculator};
+pub use tandem_speculative::{CycleRecord, Setting, SpecError, SpecLog, SpecStats, Speculator};

@@ -23,9 +23,45 @@ pub enum EngineError {
     Spec(#[from] SpecError),
     #[error("empty prompt")]
     EmptyPrompt,
-    /// A support file (`--mtp`) that cannot be used with this target.
+    /// A support file that cannot be used with this target.
+    #[error("support file {}: {problem}", path.display())]
+    SupportFile { path: std::path::PathBuf, problem: SupportProblem },
+    /// Speculative options that do not go together.
     #[error("{0}")]
-    Support(String),
+    Conflict(Conflict),
+    /// A draft model file that is not there.
+    #[error("draft model not found: {}", .0.display())]
+    DraftModelNotFound(std::path::PathBuf),
+    /// The spec log could not be created.
+    #[error("cannot create the spec log {}: {source}", path.display())]
+    SpecLog { path: std::path::PathBuf, source: std::io::Error },
+}
+
+/// Why a support file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SupportProblem {
+    #[error("file not found")]
+    NotFound,
+    /// It does not read or does not fit the target (the message says which).
+    #[error("{0}")]
+    Invalid(String),
+    /// It holds a DSpark drafter and DSpark drafting was not asked for.
+    #[error("DSpark drafter detected; ask for DSpark drafting to decode with it")]
+    DSparkNotAskedFor,
+    /// DSpark drafting was asked for and it holds an MTP head.
+    #[error("the file holds an MTP head, not a DSpark drafter")]
+    NotDSpark,
+}
+
+/// Speculative options that do not go together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    #[error("a draft model cannot be combined with prompt lookup or a support file")]
+    DraftModelWithOthers,
+    #[error("DSpark settings need a support file that holds a DSpark drafter")]
+    DSparkWithoutSupportFile,
+    #[error("the support file is given twice")]
+    SupportFileTwice,
 }
 
 /// A model ready to run: weights, tokenizer, chat template and worker pool.

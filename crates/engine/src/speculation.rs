@@ -7,10 +7,11 @@ use tandem_gguf::Gguf;
 use tandem_model::support::detect_kind;
 use tandem_model::{DSparkModel, MtpHead, SupportError, SupportKind, TargetId};
 use tandem_speculative::{
-    DSparkDrafter, DSparkOptions, DraftModel, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError,
-    SpecLog, Speculator,
+    DSparkDrafter, DSparkOptions, DraftModel, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, Setting, SpecConfig,
+    SpecError, SpecLog, Speculator,
 };
 
+use crate::session::{Conflict, SupportProblem};
 use crate::{Engine, EngineError};
 
 /// How to speculate.
@@ -72,7 +73,7 @@ impl Engine {
     pub fn speculator(&self, o: &SpecOptions, ctx: usize) -> Result<Option<Speculator>, EngineError> {
         if let Some(path) = &o.drafter {
             if o.mtp.is_some() {
-                return Err(SpecError::BadOption("give the support file once: --drafter FILE or --mtp FILE".into()).into());
+                return Err(EngineError::Conflict(Conflict::SupportFileTwice));
             }
             // the file's kind decides how it drafts
             let dspark = match self.open_support(path) {
@@ -83,10 +84,10 @@ impl Engine {
             return self.speculator(&o, ctx);
         }
         if o.draft_model.is_some() && (o.lookup.is_some() || o.mtp.is_some()) {
-            return Err(SpecError::BadOption("--draft-model cannot be combined with --lookup or --mtp".into()).into());
+            return Err(EngineError::Conflict(Conflict::DraftModelWithOthers));
         }
         if o.mtp.is_none() && (o.dspark || o.dspark_block_size.is_some() || o.dspark_confidence.is_some()) {
-            return Err(SpecError::BadOption("--dspark options need a support file: --mtp FILE --dspark".into()).into());
+            return Err(EngineError::Conflict(Conflict::DSparkWithoutSupportFile));
         }
         if let Some(path) = &o.mtp {
             return match self.support_drafter(path, o, ctx) {
@@ -103,15 +104,15 @@ impl Engine {
                     let k = d.max_draft();
                     Ok(Some(Speculator::new(d, self.spec_config(o, k)?)?))
                 }
-                Err(e) if !o.require && matches!(e, EngineError::Support(_)) => match o.lookup {
+                Err(e) if !o.require && matches!(e, EngineError::SupportFile { .. }) => match o.lookup {
                     // the lookup that was to go in front still works alone
                     Some((lo, hi)) => {
-                        tracing::warn!("{e}; continuing with prompt lookup alone (--spec-require makes this an error)");
+                        tracing::warn!("{e}; continuing with prompt lookup alone");
                         let k = o.max_draft.unwrap_or(LOOKUP_DEFAULT_DRAFT);
                         Ok(Some(Speculator::new(Box::new(NgramDrafter::new(lo, hi, k)?), self.spec_config(o, k)?)?))
                     }
                     None => {
-                        tracing::warn!("{e}; continuing with plain decoding (--spec-require makes this an error)");
+                        tracing::warn!("{e}; continuing with plain decoding");
                         Ok(None)
                     }
                 },
@@ -121,13 +122,13 @@ impl Engine {
         let default_k = if o.lookup.is_some() { LOOKUP_DEFAULT_DRAFT } else { 6 };
         let k = o.max_draft.unwrap_or(default_k);
         if k == 0 || k > tandem_speculative::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("draft length {k} out of range 1..={}", tandem_speculative::MAX_DRAFT)).into());
+            return Err(SpecError::setting(Setting::DraftLength, k, format!("need 1..={}", tandem_speculative::MAX_DRAFT)).into());
         }
         let drafter: Box<dyn tandem_speculative::Drafter> = if let Some((lo, hi)) = o.lookup {
             Box::new(NgramDrafter::new(lo, hi, k)?)
         } else if let Some(path) = &o.draft_model {
             if !path.exists() {
-                return Err(SpecError::BadOption(format!("draft model not found: {}", path.display())).into());
+                return Err(EngineError::DraftModelNotFound(path.clone()));
             }
             let draft = Engine::load(path, self.pool.threads())?;
             let (a, b) = (&self.tokenizer, &draft.tokenizer);
@@ -150,14 +151,12 @@ impl Engine {
         Ok(Some(Speculator::new(drafter, self.spec_config(o, k)?)?))
     }
 
-    fn spec_config(&self, o: &SpecOptions, k: usize) -> Result<SpecConfig, SpecError> {
+    fn spec_config(&self, o: &SpecOptions, k: usize) -> Result<SpecConfig, EngineError> {
         // TANDEM_SPEC_LOG=1 logs to stderr, any other value names a file
         let env =
             std::env::var_os("TANDEM_SPEC_LOG").filter(|v| !v.is_empty()).map(|v| if v == "1" { "-".into() } else { PathBuf::from(v) });
         let log = match o.log.clone().or(env) {
-            Some(path) => Some(
-                SpecLog::create(&path).map_err(|e| SpecError::BadOption(format!("cannot create the spec log {}: {e}", path.display())))?,
-            ),
+            Some(path) => Some(SpecLog::create(&path).map_err(|source| EngineError::SpecLog { path: path.clone(), source })?),
             None => None,
         };
         Ok(SpecConfig {
@@ -175,9 +174,9 @@ impl Engine {
 
     /// Open a support file and tell its kind.
     fn open_support(&self, path: &Path) -> Result<(Arc<Gguf>, SupportKind), EngineError> {
-        let support = |e: SupportError| EngineError::Support(format!("--mtp {}: {e}", path.display()));
+        let support = |e: SupportError| support_error(path, SupportProblem::Invalid(e.to_string()));
         if !path.exists() {
-            return Err(EngineError::Support(format!("--mtp {}: file not found", path.display())));
+            return Err(support_error(path, SupportProblem::NotFound));
         }
         let g = Arc::new(Gguf::open(path).map_err(|e| support(e.into()))?);
         let kind = detect_kind(&g).map_err(support)?;
@@ -188,10 +187,8 @@ impl Engine {
     pub fn load_mtp_head(&self, path: &Path) -> Result<MtpHead, EngineError> {
         match self.open_support(path)? {
             (g, SupportKind::Mtp) => MtpHead::load(g, self.model.clone(), &self.target_id())
-                .map_err(|e| EngineError::Support(format!("--mtp {}: {e}", path.display()))),
-            (_, SupportKind::DSpark) => {
-                Err(EngineError::Support(format!("--mtp {}: DSpark drafter detected; add --dspark to decode with it", path.display())))
-            }
+                .map_err(|e| support_error(path, SupportProblem::Invalid(e.to_string()))),
+            (_, SupportKind::DSpark) => Err(support_error(path, SupportProblem::DSparkNotAskedFor)),
         }
     }
 
@@ -199,11 +196,8 @@ impl Engine {
     pub fn load_dspark(&self, path: &Path) -> Result<DSparkModel, EngineError> {
         match self.open_support(path)? {
             (g, SupportKind::DSpark) => DSparkModel::load(g, self.model.clone(), &self.target_id())
-                .map_err(|e| EngineError::Support(format!("--mtp {}: {e}", path.display()))),
-            (_, SupportKind::Mtp) => Err(EngineError::Support(format!(
-                "--mtp {} --dspark: the file holds an MTP head, not a DSpark drafter (drop --dspark to use it)",
-                path.display()
-            ))),
+                .map_err(|e| support_error(path, SupportProblem::Invalid(e.to_string()))),
+            (_, SupportKind::Mtp) => Err(support_error(path, SupportProblem::NotDSpark)),
         }
     }
 
@@ -216,7 +210,7 @@ impl Engine {
             let opts = DSparkOptions { block_size, confidence: o.dspark_confidence };
             let drafter = DSparkDrafter::new(model, self.pool.clone(), ctx, opts)?;
             if o.dspark_strict {
-                tracing::info!("--dspark-strict: {} loaded and valid; decoding target-only", drafter.name());
+                tracing::info!("{} loaded and valid; strict DSpark mode decodes target-only", drafter.name());
                 return Ok(None);
             }
             return Ok(Some(Box::new(drafter)));
@@ -224,9 +218,13 @@ impl Engine {
         // with --lookup in front, --draft-max is the lookup's length
         let k = o.mtp_draft.or(o.max_draft.filter(|_| o.lookup.is_none())).unwrap_or(MTP_DEFAULT_DRAFT);
         if k == 0 || k > tandem_speculative::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("--mtp-draft {k} out of range 1..={}", tandem_speculative::MAX_DRAFT)).into());
+            return Err(SpecError::setting(Setting::MtpDraftSteps, k, format!("need 1..={}", tandem_speculative::MAX_DRAFT)).into());
         }
         let head = Arc::new(self.load_mtp_head(path)?);
         Ok(Some(Box::new(MtpDrafter::new(head, self.pool.clone(), ctx, k, o.mtp_margin)?)))
     }
+}
+
+fn support_error(path: &Path, problem: SupportProblem) -> EngineError {
+    EngineError::SupportFile { path: path.to_path_buf(), problem }
 }

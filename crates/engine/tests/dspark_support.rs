@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::rewrite;
-use tandem_engine::{Engine, GenParams, SamplerParams, SpecLog, SpecOptions, Speculator};
+use tandem_engine::{
+    Conflict, Engine, EngineError, GenParams, SamplerParams, Setting, SpecError, SpecLog, SpecOptions, Speculator, SupportProblem,
+};
 use tandem_gguf::{GgmlType, Gguf, TensorData, Value};
 use tandem_model::dspark::{DSparkConfig, DSparkWeights};
 use tandem_model::mtp::MtpWeights;
@@ -229,10 +231,14 @@ fn dspark_file_without_flag_is_reported_with_how_to_enable() {
     std::fs::write(&path, valid_bytes(&engine)).unwrap();
     let o = SpecOptions { mtp: Some(path.clone()), ..Default::default() };
     assert!(engine.speculator(&o, 256).unwrap().is_none(), "plain decoding without --dspark");
-    let e = engine.speculator(&SpecOptions { require: true, ..o }, 256).err().expect("require fails");
-    assert!(e.to_string().contains("DSpark drafter detected; add --dspark"), "{e}");
+    let e = engine.speculator(&SpecOptions { require: true, ..o.clone() }, 256).err().expect("require fails");
+    assert!(matches!(&e, EngineError::SupportFile { problem: SupportProblem::DSparkNotAskedFor, path: p } if *p == path), "{e}");
+    assert!(e.to_string().contains("DSpark drafter detected; ask for DSpark drafting"), "{e}");
     let e = engine.speculator(&SpecOptions { dspark: true, ..Default::default() }, 256).err().expect("--dspark alone");
-    assert!(e.to_string().contains("--mtp FILE --dspark"), "{e}");
+    assert!(matches!(e, EngineError::Conflict(Conflict::DSparkWithoutSupportFile)), "{e}");
+    // a file given as `drafter` drafts as its kind says
+    let sp = engine.speculator(&SpecOptions { drafter: Some(path), ..Default::default() }, 256).unwrap().expect("a speculator");
+    assert!(sp.drafter_name().to_lowercase().contains("dspark"), "{}", sp.drafter_name());
 }
 
 /// 48 greedy tokens after `prompt`, with the speculator `sp` or plain.
@@ -288,7 +294,7 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
 
     let bad = SpecOptions { dspark_block_size: Some(9), ..opts(&path, true) };
     let e = engine.speculator(&bad, 512).err().expect("block size above the trained one");
-    assert!(e.to_string().contains("--dspark-block-size 9"), "{e}");
+    assert!(matches!(&e, EngineError::Spec(SpecError::Setting { setting: Setting::DSparkBlockSize, value, .. }) if value == "9"), "{e}");
 }
 
 /// A proposal depends only on the committed text: the committed drafter's

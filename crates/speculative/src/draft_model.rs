@@ -7,7 +7,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, KvCache, LogitRows, Model};
 
 use crate::drafter::{Drafter, Proposal};
-use crate::SpecError;
+use crate::{Setting, SpecError};
 use tandem_sampling::{argmax, Rng, Sampler, SamplerParams};
 
 pub struct DraftModel {
@@ -29,7 +29,7 @@ impl DraftModel {
             return Err(SpecError::VocabMismatch(format!("draft model has {} tokens, the target {}", model.cfg.vocab, target_vocab)));
         }
         if max_draft == 0 || max_draft > crate::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("draft length {max_draft}: need 1..={}", crate::MAX_DRAFT)));
+            return Err(SpecError::setting(Setting::DraftLength, max_draft, format!("need 1..={}", crate::MAX_DRAFT)));
         }
         let cache = model.new_cache(ctx);
         Ok(DraftModel { model, pool, cache, tokens: Vec::new(), logits: Vec::new(), out: ForwardOutput::default(), max_draft })

@@ -14,7 +14,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::{DSparkModel, HiddenTap, KvCache};
 
 use crate::drafter::{Drafter, Proposal};
-use crate::SpecError;
+use crate::{Setting, SpecError};
 use tandem_sampling::{argmax, Rng, Sampler, SamplerParams};
 
 /// Runtime settings of the DSpark drafter.
@@ -54,19 +54,21 @@ impl DSparkDrafter {
     pub fn new(model: Arc<DSparkModel>, pool: Arc<ThreadPool>, ctx: usize, opts: DSparkOptions) -> Result<Self, SpecError> {
         let trained = model.cfg.block_size;
         if opts.block_size == 0 || opts.block_size > trained {
-            return Err(SpecError::BadOption(format!("--dspark-block-size {}: need 1..={trained} (the trained size)", opts.block_size)));
+            return Err(SpecError::setting(Setting::DSparkBlockSize, opts.block_size, format!("need 1..={trained} (the trained size)")));
         }
         if !model.cfg.sample_from_anchor && opts.block_size < 2 {
-            return Err(SpecError::BadOption(
-                "--dspark-block-size 1 drafts nothing for a drafter whose anchor slot does not predict".into(),
+            return Err(SpecError::setting(
+                Setting::DSparkBlockSize,
+                opts.block_size,
+                "need at least 2: this drafter's anchor slot does not predict, so one slot drafts nothing",
             ));
         }
         if let Some(c) = opts.confidence {
             if !(0.0..=1.0).contains(&c) {
-                return Err(SpecError::BadOption(format!("--dspark-confidence {c}: need a value in 0..=1")));
+                return Err(SpecError::setting(Setting::DSparkConfidence, c, "need a value in 0..=1"));
             }
             if !model.has_confidence() {
-                return Err(SpecError::BadOption("--dspark-confidence: this drafter has no confidence head".into()));
+                return Err(SpecError::setting(Setting::DSparkConfidence, c, "this drafter has no confidence head"));
             }
         }
         let cache = model.new_cache(ctx);

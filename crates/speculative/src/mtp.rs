@@ -14,7 +14,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::{HiddenTap, KvCache, MtpHead};
 
 use crate::drafter::{Drafter, Proposal};
-use crate::SpecError;
+use crate::{Setting, SpecError};
 use tandem_sampling::{Rng, SamplerParams};
 
 pub struct MtpDrafter {
@@ -40,10 +40,10 @@ pub struct MtpDrafter {
 impl MtpDrafter {
     pub fn new(head: Arc<MtpHead>, pool: Arc<ThreadPool>, ctx: usize, max_draft: usize, margin: f32) -> Result<Self, SpecError> {
         if max_draft == 0 || max_draft > crate::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("--mtp-draft {max_draft}: need 1..={}", crate::MAX_DRAFT)));
+            return Err(SpecError::setting(Setting::MtpDraftSteps, max_draft, format!("need 1..={}", crate::MAX_DRAFT)));
         }
         if !margin.is_finite() || margin < 0.0 {
-            return Err(SpecError::BadOption(format!("--mtp-margin {margin}: need a finite value ≥ 0")));
+            return Err(SpecError::setting(Setting::MtpMargin, margin, "need a finite value ≥ 0"));
         }
         let cache = head.new_cache(ctx + crate::MAX_DRAFT + 1);
         Ok(MtpDrafter {

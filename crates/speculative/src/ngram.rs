@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::drafter::{Drafter, Proposal};
-use crate::SpecError;
+use crate::{Setting, SpecError};
 use tandem_sampling::{Rng, SamplerParams};
 
 pub struct NgramDrafter {
@@ -32,10 +32,10 @@ impl NgramDrafter {
     /// n-grams of `min_n..=max_n` tokens; proposals of up to `max_draft` tokens.
     pub fn new(min_n: usize, max_n: usize, max_draft: usize) -> Result<Self, SpecError> {
         if min_n == 0 || max_n < min_n || max_n > 64 {
-            return Err(SpecError::BadOption(format!("n-gram sizes {min_n}..{max_n}: need 1 ≤ min ≤ max ≤ 64")));
+            return Err(SpecError::setting(Setting::LookupNgram, format!("{min_n}..{max_n}"), "need 1 ≤ min ≤ max ≤ 64"));
         }
         if max_draft == 0 || max_draft > crate::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("lookup draft length {max_draft}: need 1..={}", crate::MAX_DRAFT)));
+            return Err(SpecError::setting(Setting::DraftLength, max_draft, format!("need 1..={}", crate::MAX_DRAFT)));
         }
         Ok(NgramDrafter { min_n, max_n, max_draft, seq: Vec::new(), maps: vec![HashMap::new(); max_n - min_n + 1], matched: 0 })
     }

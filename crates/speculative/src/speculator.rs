@@ -15,16 +15,55 @@ use tandem_sampling::Sampler;
 /// Timed runs per width when profiling forward costs.
 const PROFILE_RUNS: usize = 2;
 
+/// A speculative setting, named for what it sets (front ends name their
+/// own flags for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// Most tokens drafted per cycle.
+    DraftLength,
+    /// The n-gram sizes prompt lookup matches.
+    LookupNgram,
+    /// Chained MTP draft steps per cycle.
+    MtpDraftSteps,
+    /// The MTP margin below which drafting stops.
+    MtpMargin,
+    /// DSpark slots per draft pass.
+    DSparkBlockSize,
+    /// The DSpark confidence threshold that ends a draft.
+    DSparkConfidence,
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Setting::DraftLength => "draft length",
+            Setting::LookupNgram => "lookup n-gram sizes",
+            Setting::MtpDraftSteps => "MTP draft steps",
+            Setting::MtpMargin => "MTP margin",
+            Setting::DSparkBlockSize => "DSpark block size",
+            Setting::DSparkConfidence => "DSpark confidence threshold",
+        })
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("{0}")]
-    BadOption(String),
+    /// A setting out of its range: `value` (as given) and what it needs.
+    #[error("{setting} {value}: {need}")]
+    Setting { setting: Setting, value: String, need: String },
     #[error("draft model vocabulary does not match the target: {0}")]
     VocabMismatch(String),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error("drafter: {0}")]
     Drafter(String),
+}
+
+impl SpecError {
+    /// A setting out of range.
+    pub fn setting(setting: Setting, value: impl std::fmt::Display, need: impl Into<String>) -> SpecError {
+        SpecError::Setting { setting, value: value.to_string(), need: need.into() }
+    }
 }
 
 /// Speculation settings.
@@ -97,7 +136,7 @@ impl CycleOutcome {
 impl Speculator {
     pub fn new(drafter: Box<dyn Drafter>, cfg: SpecConfig) -> Result<Self, SpecError> {
         if cfg.max_draft == 0 || cfg.max_draft > crate::MAX_DRAFT {
-            return Err(SpecError::BadOption(format!("draft length {}: need 1..={}", cfg.max_draft, crate::MAX_DRAFT)));
+            return Err(SpecError::setting(Setting::DraftLength, cfg.max_draft, format!("need 1..={}", crate::MAX_DRAFT)));
         }
         let mut sched = Scheduler::new(cfg.scheduler.clone(), cfg.max_draft + 1);
         sched.set_fixed_draft_cost(drafter.fixed_cost());
