@@ -4,9 +4,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use tandem_engine::bench::{batch_costs, bench_frontier, BenchRow};
-use tandem_engine::perplexity::perplexity;
-use tandem_engine::prompts::{load_prompts, run_prompt_bench, PromptBenchReport, RoundsReport};
+use tandem_tools::bench::{batch_costs, bench_frontier, BenchRow};
+use tandem_tools::perplexity::perplexity;
+use tandem_tools::prompt_bench::{load_prompts, run_prompt_bench, PromptBenchReport, RoundsReport};
 
 use crate::args::{BenchArgs, PerplexityArgs};
 

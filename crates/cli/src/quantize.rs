@@ -1,5 +1,5 @@
 //! `tandem quantize`: a GGUF's block-quantized matrices in another type
-//! (the work is `tandem_engine::requantize`).
+//! (the work is `tandem_tools::requantize`).
 
 use std::path::Path;
 
@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 /// Convert, then print a line per converted tensor and a summary (stderr).
 pub fn run(input: &Path, output: &Path, ty: &str, keep: &[String]) -> Result<()> {
-    use tandem_engine::requantize::{parse_target, requantize_file};
+    use tandem_tools::requantize::{parse_target, requantize_file};
     let to = parse_target(ty).with_context(|| format!("--type {ty}: choose q4_0, q4_1, q5_0, q5_1 or q8_0"))?;
     let done = requantize_file(input, output, to, keep)?;
     let (before, after) = done.iter().fold((0, 0), |(a, b), c| (a + c.bytes_before, b + c.bytes_after));

@@ -1,15 +1,11 @@
-//! The generation engine: a loaded model with its tokenizer and thread pool,
-//! sessions that own a KV cache and decode plainly or speculatively, and the
-//! measurement jobs (bench, perplexity). The CLI and the server are built on
-//! [`Session`].
+//! The runtime: a loaded model (from a file or fetched by name) with its
+//! tokenizer and thread pool, and sessions that own a KV cache and decode
+//! plainly or speculatively. The CLI, the server and the measuring tools
+//! (crates/tools) are built on [`Session`].
 
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod fetch;
-pub mod perplexity;
-pub mod prompts;
-pub mod requantize;
 mod session;
 pub mod speculation;
 

@@ -144,17 +144,3 @@ fn lookup_output_equals_plain_on_code_prompts() {
     assert!(lk.stats.accepted > 0, "lookup gets drafts accepted on code edits");
     println!("lookup: {}", lk.stats.report());
 }
-
-/// Perplexity on a Python source text within 1% of llama.cpp's.
-#[test]
-#[ignore = "fetches and runs the 491 MB coder model"]
-fn perplexity_within_one_percent_of_llamacpp() {
-    let engine = engine();
-    let reference: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(data("perplexity_qwen25coder.json")).unwrap()).unwrap();
-    let text = std::fs::read_to_string(data("perplexity_text_python.txt")).unwrap();
-    let want = reference["ppl"].as_f64().unwrap();
-    let r = tandem_engine::perplexity::perplexity(&engine, &text, 512, |_, _, _| {}).unwrap();
-    println!("perplexity {:.4} (llama.cpp {want:.4}) over {} chunks", r.ppl, r.chunks);
-    assert!((r.ppl / want - 1.0).abs() < 0.01, "perplexity {} vs llama.cpp {want}", r.ppl);
-}

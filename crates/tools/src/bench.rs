@@ -8,8 +8,8 @@ use std::time::Instant;
 use serde::Serialize;
 use tandem_model::LogitRows;
 
-use crate::sampling::argmax;
-use crate::{Engine, EngineError, Session};
+use tandem_engine::sampling::argmax;
+use tandem_engine::{Engine, EngineError, Session};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
@@ -33,7 +33,7 @@ impl BenchRow {
 
 /// Deterministic pseudo-text token ids (avoids the special tokens at the start of the vocab).
 pub fn synthetic_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    let mut rng = crate::sampling::Rng::new(seed);
+    let mut rng = tandem_engine::sampling::Rng::new(seed);
     (0..n).map(|_| 100 + (rng.next_u64() % (vocab as u64 - 100)) as u32).collect()
 }
 

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tandem_speculative::{SpecStats, Speculator};
 use tandem_tokenizer::ChatMessage;
 
-use crate::{Engine, EngineError, GenParams, GenStats, SamplerParams, Session, SpecOptions};
+use tandem_engine::{Engine, EngineError, GenParams, GenStats, SamplerParams, Session, SpecOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {

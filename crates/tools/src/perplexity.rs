@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tandem_model::{ForwardOutput, LogitRows};
 
-use crate::{Engine, EngineError};
+use tandem_engine::{Engine, EngineError};
 
 #[derive(Debug, Clone)]
 pub struct PerplexityReport {
