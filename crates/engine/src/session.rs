@@ -7,7 +7,8 @@ use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 use tandem_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
 
 use crate::sampling::{Sampler, SamplerParams};
-use tandem_speculative::{CycleOutcome, SpecError, SpecStats, Speculator};
+use tandem_speculative::decoder::{Decoder, PlainDecoder, Target};
+use tandem_speculative::{SpecError, SpecStats, Speculator};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -214,13 +215,13 @@ impl Session {
     /// Make the cache hold exactly `prompt`, reusing the longest common prefix.
     /// Returns how many tokens were reused.
     pub fn sync(&mut self, prompt: &[u32]) -> Result<usize, EngineError> {
-        self.sync_for(prompt, None)
+        self.sync_for(prompt, &mut PlainDecoder::default())
     }
 
-    /// [`sync`](Self::sync) for a speculative generation: positions whose
-    /// hidden rows the drafter lacks are re-evaluated, and the drafter is given
-    /// the hidden rows of every evaluated prompt position.
-    fn sync_for(&mut self, prompt: &[u32], spec: Option<&mut Speculator>) -> Result<usize, EngineError> {
+    /// [`sync`](Self::sync) for a decoder: positions whose hidden rows it
+    /// lacks are re-evaluated, and it is given the hidden rows of every
+    /// evaluated prompt position.
+    fn sync_for(&mut self, prompt: &[u32], decoder: &mut dyn Decoder) -> Result<usize, EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -228,7 +229,7 @@ impl Session {
             return Err(EngineError::PromptTooLong { prompt: prompt.len(), ctx: self.ctx() });
         }
         let mut common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        let limit = spec.as_deref().map(|s| s.observed()).unwrap_or(usize::MAX);
+        let limit = decoder.observed();
         if common > limit {
             common = limit;
             self.logits.clear();
@@ -241,16 +242,16 @@ impl Session {
             common -= 1;
         }
         self.truncate(common);
-        match spec.filter(|s| !s.taps().is_empty()) {
-            None => self.feed(&prompt[common..])?,
-            Some(sp) => {
+        match decoder.taps().is_empty() {
+            true => self.feed(&prompt[common..])?,
+            false => {
                 let e = self.engine.clone();
-                let taps = sp.taps().to_vec();
+                let taps = decoder.taps().to_vec();
                 for chunk in prompt[common..].chunks(PREFILL_CHUNK) {
                     let start = self.tokens.len();
                     e.model.forward(&e.pool, &mut self.cache, chunk, &LogitRows::Last, &taps, &mut self.out)?;
                     self.tokens.extend_from_slice(chunk);
-                    sp.observe(start, chunk.len(), &self.out.hidden);
+                    decoder.observe(start, chunk.len(), &self.out.hidden);
                 }
                 self.logits.clear();
                 self.logits.extend_from_slice(self.out.logits_row(0));
@@ -304,31 +305,34 @@ impl Session {
         &mut self,
         prompt: &[u32],
         params: &GenParams,
-        mut spec: Option<&mut Speculator>,
+        spec: Option<&mut Speculator>,
         cancel: Option<&AtomicBool>,
         with_rows: bool,
         on_token: &mut dyn FnMut(u32, &str, &[f32]) -> bool,
     ) -> Result<GenStats, EngineError> {
+        let mut plain = PlainDecoder::default();
+        let speculative = spec.is_some();
+        let decoder: &mut dyn Decoder = match spec {
+            Some(sp) => sp,
+            None => &mut plain,
+        };
         let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
         let t0 = Instant::now();
-        if let Some(sp) = spec.as_deref_mut() {
-            // the drafter forgets anything past the common prefix before prefill
-            let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-            sp.begin(&prompt[..common])?;
-        }
-        let reused = self.sync_for(prompt, spec.as_deref_mut())?;
+        // the decoder forgets anything past the common prefix before prefill
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        decoder.begin(&prompt[..common])?;
+        let reused = self.sync_for(prompt, decoder)?;
         stats.prefill_tokens = prompt.len() - reused;
         stats.prefill_time = t0.elapsed();
         let mut sampler = Sampler::new(params.sampler.clone());
         let mut dec = StreamDecoder::new();
         let tok = self.engine.tokenizer.clone();
         let engine = self.engine.clone();
-        if let Some(sp) = spec.as_deref_mut() {
-            sp.begin(&self.tokens)?;
+        decoder.begin(&self.tokens)?;
+        if speculative {
             stats.spec = Some(SpecStats::default());
         }
-        // the row the first token of a speculative cycle is chosen from
-        let mut first_row: Vec<f32> = Vec::new();
+        let mut rows: Vec<Vec<f32>> = Vec::new();
         let is_eog = |id: u32| tok.is_eog(id);
         let t1 = Instant::now();
         let stop = 'outer: loop {
@@ -338,47 +342,26 @@ impl Session {
             if stats.gen_tokens >= params.max_tokens {
                 break StopReason::Length;
             }
-            if with_rows && spec.is_some() {
-                first_row.clear();
-                first_row.extend_from_slice(&self.logits);
-            }
-            // the tokens to emit, and whether they are already evaluated
-            let (emitted, fed) = match spec.as_deref_mut() {
-                Some(sp) => {
-                    let remaining = params.max_tokens - stats.gen_tokens;
-                    match sp.cycle(
-                        &engine.model,
-                        &engine.pool,
-                        &mut self.cache,
-                        &mut self.tokens,
-                        &mut self.logits,
-                        &mut sampler,
-                        remaining,
-                        &is_eog,
-                    )? {
-                        CycleOutcome::Ran(rec) => {
-                            if let Some(s) = &mut stats.spec {
-                                s.record(&rec);
-                            }
-                            (rec.emitted().collect::<Vec<u32>>(), true)
-                        }
-                        CycleOutcome::Stopped(t) => (vec![t], false),
-                    }
-                }
-                None => (vec![sampler.sample(&self.logits)], false),
+            rows.clear();
+            let mut target = Target {
+                model: &engine.model,
+                pool: &engine.pool,
+                cache: &mut self.cache,
+                history: &mut self.tokens,
+                logits: &mut self.logits,
             };
-            for (i, &next) in emitted.iter().enumerate() {
+            let remaining = params.max_tokens - stats.gen_tokens;
+            let step = decoder.step(&mut target, &mut sampler, remaining, &is_eog, with_rows.then_some(&mut rows))?;
+            if let (Some(s), Some(rec)) = (&mut stats.spec, &step.cycle) {
+                s.record(rec);
+            }
+            for (i, &next) in step.emitted.iter().enumerate() {
                 stats.gen_tokens += 1;
                 if tok.is_eog(next) {
                     break 'outer StopReason::Eog;
                 }
                 let text = dec.push(&tok, next);
-                let row: &[f32] = match (with_rows, spec.as_deref()) {
-                    (false, _) => &[],
-                    (true, None) => &self.logits,
-                    (true, Some(_)) if i == 0 => &first_row,
-                    (true, Some(sp)) => sp.verify_row(i - 1),
-                };
+                let row: &[f32] = rows.get(i).map_or(&[], |r| r.as_slice());
                 if !on_token(next, &text, row) {
                     break 'outer StopReason::Cancelled;
                 }
@@ -386,15 +369,9 @@ impl Session {
                     break 'outer StopReason::Length;
                 }
             }
-            if self.tokens.len() >= self.ctx() {
+            if step.stopped || self.tokens.len() >= self.ctx() {
+                // the last token could not be evaluated: the context is full
                 break StopReason::Context;
-            }
-            if !fed {
-                if spec.is_some() {
-                    // the speculator stopped without evaluating its token (context edge)
-                    break StopReason::Context;
-                }
-                self.feed(&emitted)?;
             }
         };
         let rest = dec.flush();

@@ -11,10 +11,13 @@
 //! - [`Scheduler`]: picks the draft length that maximises expected committed
 //!   tokens per second from measured verify costs and acceptance estimates.
 //! - [`Speculator`]: runs one cycle on a model and its cache.
+//! - [`Decoder`]: plain and speculative decoding behind one interface, which
+//!   a session drives.
 
 #![forbid(unsafe_code)]
 
 pub mod cycle;
+pub mod decoder;
 pub mod draft_model;
 pub mod drafter;
 pub mod dspark;
@@ -27,6 +30,7 @@ pub mod stats;
 pub mod verify;
 
 pub use cycle::{Ask, CyclePlan, CycleRecord, FreeOffer, SpecLog, Verification};
+pub use decoder::{Decoder, PlainDecoder, Step, Target};
 pub use draft_model::DraftModel;
 pub use drafter::{Drafter, Proposal};
 pub use dspark::{DSparkDrafter, DSparkOptions};
