@@ -10,34 +10,14 @@ use proptest::prelude::*;
 use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
-use tandem_model::{ForwardOutput, LogitRows, Model};
-use tandem_sampling::{Rng, Sampler, SamplerParams};
+use tandem_model::Model;
+use tandem_sampling::{Rng, SamplerParams};
 use tandem_speculative::drafter::{Drafter, Proposal};
 use tandem_speculative::{DraftModel, HybridDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
 
 fn model(seed: u64, ty: GgmlType, n_layer: usize) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty, n_layer, ..Default::default() };
     Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap())
-}
-
-fn spec_greedy(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &mut Speculator) -> Vec<u32> {
-    let mut cache = m.new_cache(512);
-    let mut out = ForwardOutput::default();
-    m.forward(pool, &mut cache, prompt, &LogitRows::Last, &[], &mut out).unwrap();
-    let mut history = prompt.to_vec();
-    let mut logits = out.logits_row(0).to_vec();
-    let mut sampler = Sampler::new(SamplerParams::greedy());
-    sp.begin(&history).unwrap();
-    let mut res = vec![];
-    while res.len() < n {
-        let c = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false).unwrap();
-        res.extend(c.emitted());
-        assert_eq!(cache.len(), history.len(), "cache holds exactly the committed history");
-        if !c.ran() {
-            break;
-        }
-    }
-    res
 }
 
 /// Proposes the true continuation, corrupted at random positions.
@@ -99,19 +79,19 @@ proptest! {
             // oracle with corruption: partial acceptance at every position
             let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed), corrupt, k };
             let mut sp = Speculator::new(Box::new(oracle), cfg(k, adaptive)).unwrap();
-            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "oracle k={} threads={}", k, threads);
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "oracle k={} threads={}", k, threads);
             // n-gram lookup
             let mut sp = Speculator::new(Box::new(NgramDrafter::new(1, 4, k).unwrap()), cfg(k, adaptive)).unwrap();
-            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "lookup k={}", k);
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "lookup k={}", k);
             // n-gram lookup in front of the corrupted oracle
             let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed ^ 1), corrupt, k };
             let hybrid = HybridDrafter::new(NgramDrafter::new(1, 4, k).unwrap(), Box::new(oracle));
             let mut sp = Speculator::new(Box::new(hybrid), cfg(k, adaptive)).unwrap();
-            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "lookup before oracle k={}", k);
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "lookup before oracle k={}", k);
             // a different model of the same vocabulary as draft model
             let dm = DraftModel::new(model(seed + 1, ty, 1), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
             let mut sp = Speculator::new(Box::new(dm), cfg(k, adaptive)).unwrap();
-            prop_assert_eq!(&spec_greedy(&m, &pool, &prompt, n, &mut sp), &want, "draft model k={}", k);
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "draft model k={}", k);
         }
     }
 }
@@ -125,7 +105,7 @@ fn target_as_its_own_draft_model_accepts_everything() {
     for k in [1, 4, 8, 16] {
         let dm = DraftModel::new(m.clone(), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
         let mut sp = Speculator::new(Box::new(dm), cfg(k, false)).unwrap();
-        assert_eq!(spec_greedy(&m, &pool, &prompt, 48, &mut sp), want);
+        assert_eq!(common::speculative(&m, &pool, &prompt, 48, &mut sp), want);
         let st = &sp.stats;
         assert_eq!(st.accepted, st.drafted, "k={k}: every draft accepted");
         assert!(st.mean_committed() > 1.0);
