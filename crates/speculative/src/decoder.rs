@@ -12,7 +12,7 @@ use tandem_model::{ForwardOutput, HiddenTap, KvCache, LogitRows, Model};
 use tandem_sampling::Sampler;
 
 use crate::cycle::CycleRecord;
-use crate::speculator::{CycleOutcome, Speculator};
+use crate::speculator::Speculator;
 use crate::SpecError;
 
 /// What a decoder extends: the target model and its worker pool, the KV
@@ -158,14 +158,11 @@ impl Decoder for Speculator {
         if let Some(rows) = rows.as_deref_mut() {
             rows.push(t.logits.clone());
         }
-        match self.cycle(t.model, t.pool, t.cache, t.history, t.logits, sampler, remaining, is_eog)? {
-            CycleOutcome::Stopped(tok) => Ok(Step { emitted: vec![tok], stopped: true, cycle: None }),
-            CycleOutcome::Ran(rec) => {
-                if let Some(rows) = rows {
-                    rows.extend((0..rec.verification.committed - 1).map(|i| self.verify_row(i).to_vec()));
-                }
-                Ok(Step { emitted: rec.emitted().collect(), stopped: false, cycle: Some(rec) })
-            }
+        let step = self.cycle(t.model, t.pool, t.cache, t.history, t.logits, sampler, remaining, is_eog)?;
+        if let Some(rows) = rows {
+            // the committed drafts were chosen from the verify rows before them
+            rows.extend((1..step.emitted.len()).map(|i| self.verify_row(i - 1).to_vec()));
         }
+        Ok(step)
     }
 }

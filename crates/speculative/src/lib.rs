@@ -38,7 +38,7 @@ pub use hybrid::HybridDrafter;
 pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
 pub use scheduler::{Budget, Calibration, CostModel, Policy, Scheduler, SchedulerConfig};
-pub use speculator::{CycleOutcome, Setting, SpecConfig, SpecError, Speculator};
+pub use speculator::{Setting, SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;
 
 /// Upper bound on tokens drafted per cycle.

@@ -6,6 +6,7 @@ use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 
 use crate::cycle::{CycleRecord, FreeOffer, SpecLog, Verification};
+use crate::decoder::Step;
 use crate::drafter::{Drafter, Proposal};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::SpecStats;
@@ -106,31 +107,6 @@ pub struct Speculator {
     proposed_last: bool,
     /// Cycles run in this generation.
     cycles: u64,
-}
-
-/// What a cycle emitted.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CycleOutcome {
-    /// The cycle ran: its record says what it emitted and committed.
-    Ran(Box<CycleRecord>),
-    /// This token was emitted without being evaluated (end of generation,
-    /// token budget or context reached): the generation ends.
-    Stopped(u32),
-}
-
-impl CycleOutcome {
-    /// The tokens the cycle emitted, in order.
-    pub fn emitted(&self) -> Vec<u32> {
-        match self {
-            CycleOutcome::Ran(rec) => rec.emitted().collect(),
-            CycleOutcome::Stopped(t) => vec![*t],
-        }
-    }
-
-    /// The cycle evaluated what it emitted (the generation may go on).
-    pub fn ran(&self) -> bool {
-        matches!(self, CycleOutcome::Ran(_))
-    }
 }
 
 impl Speculator {
@@ -242,7 +218,7 @@ impl Speculator {
     }
 
     /// Run one cycle. On entry `cache` holds `history` and `logits` are the
-    /// target's logits after it; on return (when it ran) both include the
+    /// target's logits after it; on return (unless the step stopped) both include the
     /// committed tokens. `remaining` is how many more tokens the generation
     /// may emit.
     #[allow(clippy::too_many_arguments)]
@@ -256,13 +232,13 @@ impl Speculator {
         sampler: &mut Sampler,
         remaining: usize,
         is_eog: &dyn Fn(u32) -> bool,
-    ) -> Result<CycleOutcome, SpecError> {
+    ) -> Result<Step, SpecError> {
         let t = match self.pending.take() {
             Some(t) => t,
             None => sampler.sample(logits),
         };
         if is_eog(t) || remaining <= 1 || cache.len() + 1 > cache.ctx() {
-            return Ok(CycleOutcome::Stopped(t));
+            return Ok(Step { emitted: vec![t], stopped: true, cycle: None });
         }
         let mut profile = Vec::new();
         if self.cfg.scheduler.adaptive && !self.sched.has_profile() {
@@ -368,7 +344,7 @@ impl Speculator {
         if let Some(log) = &self.cfg.log {
             log.write(&rec);
         }
-        Ok(CycleOutcome::Ran(Box::new(rec)))
+        Ok(Step { emitted: rec.emitted().collect(), stopped: false, cycle: Some(Box::new(rec)) })
     }
 
     /// The acceptance rule over the verify forward's rows for the first `k`

@@ -77,7 +77,7 @@ fn run(m: &Model, pool: &ThreadPool, prompt: &[u32], mut make: impl FnMut() -> S
         sp.begin(&hist).unwrap();
         let mut em = vec![];
         while em.len() < 2 {
-            em.extend(sp.cycle(m, pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false).unwrap().emitted());
+            em.extend(sp.cycle(m, pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false).unwrap().emitted);
         }
         *counts.entry((em[0], em[1])).or_insert(0) += 1;
     }

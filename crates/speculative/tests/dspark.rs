@@ -254,7 +254,7 @@ fn sampled(hints: bool) {
         sp.observe(0, prompt.len(), &hidden0);
         let mut em = vec![];
         while em.len() < 2 {
-            em.extend(sp.cycle(&m, &pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false).unwrap().emitted());
+            em.extend(sp.cycle(&m, &pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false).unwrap().emitted);
         }
         *counts.entry((em[0], em[1])).or_insert(0u64) += 1;
     }

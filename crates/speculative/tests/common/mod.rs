@@ -38,9 +38,9 @@ pub fn speculative(m: &Model, pool: &ThreadPool, prompt: &[u32], n: usize, sp: &
     let mut res = vec![];
     while res.len() < n {
         let c = sp.cycle(m, pool, &mut cache, &mut history, &mut logits, &mut sampler, n - res.len(), &|_| false).unwrap();
-        res.extend(c.emitted());
+        res.extend(&c.emitted);
         assert_eq!(cache.len(), history.len());
-        if !c.ran() {
+        if c.stopped {
             break;
         }
     }
