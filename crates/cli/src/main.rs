@@ -96,14 +96,15 @@ fn list_models() {
 /// The model file to use: `-m FILE`, `-m NAME` from the catalogue, or the
 /// default model (both fetched on first use). A file wins over a name.
 pub fn model_path(m: &ModelArgs) -> Result<PathBuf> {
-    match &m.model {
-        Some(p) if p.exists() => Ok(p.clone()),
-        Some(p) => match p.to_str().and_then(fetch::find) {
-            Some(spec) => ensure_model(spec, &models_dir(), true).with_context(|| format!("fetching {}", spec.name)),
-            None => anyhow::bail!("model file not found: {} (nor is it a catalogue name; `tandem models` lists them)", p.display()),
-        },
-        None => ensure_model(&DEFAULT_MODEL, &models_dir(), true).context("fetching the default model"),
-    }
+    let what = match &m.model {
+        Some(p) if !p.exists() => format!("fetching {}", p.display()),
+        Some(_) => String::new(),
+        None => "fetching the default model".to_string(),
+    };
+    fetch::resolve(m.model.as_deref(), true).map_err(|e| match e {
+        fetch::FetchError::UnknownModel { .. } => anyhow::anyhow!("{e} (`tandem models` lists them)"),
+        e => anyhow::Error::new(e).context(what),
+    })
 }
 
 pub fn load_engine(m: &ModelArgs) -> Result<Arc<Engine>> {

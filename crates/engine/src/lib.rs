@@ -9,8 +9,11 @@ pub mod fetch;
 mod session;
 pub mod speculation;
 
-pub use session::{Conflict, Engine, EngineError, GenParams, GenStats, Session, StopReason, SupportProblem};
+pub use session::{Conflict, Engine, EngineError, GenParams, GenStats, Session, SessionSnapshot, StopReason, SupportProblem};
 pub use speculation::SpecOptions;
+pub use tandem_model::ModelError;
+/// Worker threads by default: the physical cores.
+pub use tandem_kernels::pool::physical_cores;
 /// Sampling, below plain and speculative decoding alike.
 pub use tandem_sampling as sampling;
 pub use tandem_sampling::{Sampler, SamplerParams};

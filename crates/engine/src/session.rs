@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_kernels::ThreadPool;
-use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
+use tandem_model::{ForwardOutput, KvCache, KvSnapshot, LogitRows, Model, ModelError};
 use tandem_tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
 
 use crate::sampling::{Sampler, SamplerParams};
@@ -33,6 +33,9 @@ pub enum EngineError {
     /// A draft model file that is not there.
     #[error("draft model not found: {}", .0.display())]
     DraftModelNotFound(std::path::PathBuf),
+    /// A snapshot taken from a session of another model or a larger context.
+    #[error("the snapshot does not fit this session (another model, or a larger context)")]
+    SnapshotMismatch,
     /// The spec log could not be created.
     #[error("cannot create the spec log {}: {source}", path.display())]
     SpecLog { path: std::path::PathBuf, source: std::io::Error },
@@ -167,6 +170,23 @@ pub struct Session {
     logits: Vec<f32>,
 }
 
+/// A saved session state: the cache rows, the tokens they hold and the
+/// logits after the last one. Restoring it is exact: decoding afterwards gives
+/// the bits it would have given when the snapshot was taken.
+#[derive(Debug, Clone)]
+pub struct SessionSnapshot {
+    cache: KvSnapshot,
+    tokens: Vec<u32>,
+    logits: Vec<f32>,
+}
+
+impl SessionSnapshot {
+    /// Tokens the snapshot holds.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+}
+
 /// Prompts are evaluated in chunks of this many positions.
 pub const PREFILL_CHUNK: usize = 256;
 
@@ -196,6 +216,23 @@ impl Session {
         self.cache.truncate(n);
         self.tokens.truncate(n);
         self.logits.clear();
+    }
+
+    /// Save the state (cache rows, tokens, logits).
+    pub fn snapshot(&self) -> SessionSnapshot {
+        SessionSnapshot { cache: self.cache.snapshot(), tokens: self.tokens.clone(), logits: self.logits.clone() }
+    }
+
+    /// Return to a saved state. A speculator used with this session must be
+    /// told with `begin` (the session's generation calls do that).
+    pub fn restore(&mut self, s: &SessionSnapshot) -> Result<(), EngineError> {
+        if !self.cache.fits(&s.cache) {
+            return Err(EngineError::SnapshotMismatch);
+        }
+        self.cache.restore(&s.cache);
+        self.tokens.clone_from(&s.tokens);
+        self.logits.clone_from(&s.logits);
+        Ok(())
     }
 
     /// Evaluate `tokens` after what is cached; keep the last row's logits.

@@ -56,6 +56,9 @@ pub struct SpecOptions {
     pub require: bool,
 }
 
+/// Default n-gram sizes of prompt lookup (smallest, largest).
+pub const LOOKUP_DEFAULT_NGRAM: (usize, usize) = (1, 4);
+
 /// Default lookup proposal length.
 pub const LOOKUP_DEFAULT_DRAFT: usize = 10;
 

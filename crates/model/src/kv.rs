@@ -80,6 +80,14 @@ impl KvCache {
         KvSnapshot { len: self.len, k: self.k.clone(), v: self.v.clone() }
     }
 
+    /// Whether `s` was taken from a cache of this shape and fits its context.
+    pub fn fits(&self, s: &KvSnapshot) -> bool {
+        s.len <= self.ctx
+            && s.k.len() == self.n_layer
+            && s.v.len() == self.n_layer
+            && s.k.iter().chain(&s.v).all(|rows| rows.len() == s.len * self.kv_dim)
+    }
+
     pub fn restore(&mut self, s: &KvSnapshot) {
         self.len = s.len;
         self.k.clone_from(&s.k);

@@ -5,6 +5,21 @@
 //! survivors. [`Sampler::distribution`] exposes the final distribution so the
 //! speculative verifier can do exact rejection sampling against it.
 
+/// A sampling setting out of its range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadParam {
+    pub name: &'static str,
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for BadParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.name, self.why)
+    }
+}
+
+impl std::error::Error for BadParam {}
+
 /// Sampling settings. `temperature <= 0` means greedy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerParams {
@@ -25,6 +40,23 @@ impl SamplerParams {
     pub fn greedy() -> Self {
         Self::default()
     }
+    /// Refuse settings no sampler means: a temperature that is negative or
+    /// not finite, `top_p` or `min_p` outside [0, 1]. Returns the setting's
+    /// name and why.
+    pub fn check(&self) -> Result<(), BadParam> {
+        let bad = |name: &'static str, why: &'static str| Err(BadParam { name, why });
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return bad("temperature", "must be a finite number ≥ 0");
+        }
+        if !(0.0..=1.0).contains(&self.top_p) {
+            return bad("top_p", "must be in [0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", "must be in [0, 1]");
+        }
+        Ok(())
+    }
+
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0
     }
@@ -170,6 +202,19 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_names_the_bad_setting() {
+        assert!(SamplerParams::greedy().check().is_ok());
+        assert!(SamplerParams { temperature: 1.5, top_p: 0.9, min_p: 0.05, ..Default::default() }.check().is_ok());
+        let name = |p: SamplerParams| p.check().unwrap_err().name;
+        assert_eq!(name(SamplerParams { temperature: -0.1, ..Default::default() }), "temperature");
+        assert_eq!(name(SamplerParams { temperature: f32::NAN, ..Default::default() }), "temperature");
+        assert_eq!(name(SamplerParams { temperature: f32::INFINITY, ..Default::default() }), "temperature");
+        assert_eq!(name(SamplerParams { top_p: 1.5, ..Default::default() }), "top_p");
+        assert_eq!(name(SamplerParams { top_p: f32::NAN, ..Default::default() }), "top_p");
+        assert_eq!(name(SamplerParams { min_p: -1.0, ..Default::default() }), "min_p");
+    }
 
     #[test]
     fn greedy_is_argmax_lowest_index_on_ties() {

