@@ -63,7 +63,8 @@ int main(int argc, char **argv) {
     /* The chat template turns the prompt into the model's conversation format. */
     char *text = NULL;
     if (raw) {
-        text = strdup(prompt);
+        text = malloc(strlen(prompt) + 1);
+        strcpy(text, prompt);
     } else {
         tandem_message msg = {"user", prompt};
         size_t len = 0;
