@@ -38,9 +38,7 @@ fn engine_err(e: EngineError) -> PyErr {
         }
         EngineError::Model(tandem_engine::ModelError::BadToken { .. }) => PyValueError::new_err(e.to_string()),
         EngineError::DraftModelNotFound(_) => PyFileNotFoundError::new_err(e.to_string()),
-        EngineError::SupportFile { problem: tandem_engine::SupportProblem::NotFound, .. } => {
-            PyFileNotFoundError::new_err(e.to_string())
-        }
+        EngineError::SupportFile { problem: tandem_engine::SupportProblem::NotFound, .. } => PyFileNotFoundError::new_err(e.to_string()),
         e => TandemError::new_err(e.to_string()),
     }
 }
@@ -252,7 +250,7 @@ impl Model {
         if ids.len() > self.shared.ctx {
             return Err(engine_err(EngineError::PromptTooLong { prompt: ids.len(), ctx: self.shared.ctx }));
         }
-        let mut s = Stream::spawn(self.shared.clone(), ids, params, speculative).map_err(engine_err)?;
+        let mut s = Stream::spawn(self.shared.clone(), ids, params, speculative, stream).map_err(engine_err)?;
         if stream {
             return Ok(Py::new(py, s)?.into_any());
         }
@@ -288,7 +286,8 @@ fn chat_messages(messages: &Bound<'_, PyList>) -> PyResult<Vec<ChatMessage>> {
 /// What a generation thread sends.
 enum Event {
     Piece(u32, String),
-    Done(Result<GenStats, EngineError>),
+    /// The end, with the text and ids not sent as pieces.
+    Done(Box<(Result<GenStats, EngineError>, String, Vec<u32>)>),
 }
 
 /// The numbers of one generation.
@@ -383,7 +382,9 @@ struct Stream {
 }
 
 impl Stream {
-    fn spawn(shared: Arc<Shared>, ids: Vec<u32>, params: GenParams, speculative: bool) -> Result<Stream, EngineError> {
+    /// Start a generation. Without `pieces` its text comes whole with the
+    /// end, and the waiting thread wakes only to look for Ctrl-C.
+    fn spawn(shared: Arc<Shared>, ids: Vec<u32>, params: GenParams, speculative: bool, pieces: bool) -> Result<Stream, EngineError> {
         let mut slot = shared.take()?;
         let (tx, rx) = channel();
         let cancel = Arc::new(AtomicBool::new(false));
@@ -393,9 +394,19 @@ impl Stream {
             .spawn(move || {
                 let Slot { session, spec } = &mut slot;
                 let spec = if speculative { spec.as_mut() } else { None };
-                let r = session.generate_with(&ids, &params, spec, Some(&stop), |id, text| tx.send(Event::Piece(id, text.to_string())).is_ok());
+                let (mut text, mut tokens) = (String::new(), Vec::new());
+                let r = session.generate_with(&ids, &params, spec, Some(&stop), |id, piece| {
+                    if pieces {
+                        return tx.send(Event::Piece(id, piece.to_string())).is_ok();
+                    }
+                    if id != u32::MAX {
+                        tokens.push(id);
+                    }
+                    text.push_str(piece);
+                    true
+                });
                 shared.give_back(slot);
-                let _ = tx.send(Event::Done(r));
+                let _ = tx.send(Event::Done(Box::new((r, text, tokens))));
             })
             .expect("spawn a generation thread");
         Ok(Stream { events: Mutex::new(rx), cancel, worker: Some(worker), text: String::new(), tokens: Vec::new(), done: None })
@@ -424,8 +435,11 @@ impl Stream {
                     self.text.push_str(&text);
                     return Ok(Some(text));
                 }
-                Ok(Event::Done(r)) => {
+                Ok(Event::Done(done)) => {
+                    let (r, text, tokens) = *done;
                     self.finish();
+                    self.text.push_str(&text);
+                    self.tokens.extend(tokens);
                     let stats = r.map_err(engine_err)?;
                     let stop = match stats.stop {
                         Some(StopReason::Eog) => "eog",

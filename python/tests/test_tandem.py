@@ -8,6 +8,8 @@ use): `pytest python/tests`. TANDEM_BIN names the CLI to compare with
 import gc
 import json
 import os
+import re
+import sys
 import signal
 import subprocess
 import threading
@@ -171,3 +173,14 @@ def test_ctrl_c_interrupts_a_generation(model):
         model.generate("Once upon a time", max_tokens=1900)
     assert time.time() - t0 < 3.0
     assert model.sessions_in_use == 0
+
+
+def test_the_readme_example_runs_as_written():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    example = re.search(r"```python\n(.*?)```", readme[readme.index("## Python"):], re.S).group(1)
+    r = subprocess.run([sys.executable, "-c", example], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"\d+ of \d+ drafted tokens accepted", r.stdout), r.stdout
+    answer = cli_greedy("Why is the sky blue?", 64)
+    assert r.stdout.startswith(answer + "\n"), (r.stdout, answer)

@@ -8,6 +8,7 @@ first; TANDEM_BIN names the CLI, default target/release/tandem).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -58,3 +59,25 @@ def test_the_c_example_reports_errors(example):
     assert "error: opening the engine: " in r.stderr and "/no/such/model.gguf" in r.stderr
     r = subprocess.run([example, "-d", "/no/such/drafter.gguf", "hi"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1 and "drafter.gguf" in r.stderr
+
+
+def test_the_readme_c_program_runs_as_written(example, tmp_path):
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    section = readme[readme.index("## C API"):]
+    program = re.search(r"```c\n(.*?)```", section, re.S).group(1)
+    build = re.search(r"```sh\n.*?\n(cc .*?) && ./hello", section, re.S).group(1)
+    (tmp_path / "hello.c").write_text(program)
+    # the README's own compile command, run from the checkout with hello.c in it
+    src = os.path.join(ROOT, "hello.c")
+    shutil.copy(tmp_path / "hello.c", src)
+    try:
+        subprocess.run(build + " -Wall -Werror -o " + str(tmp_path / "hello"), shell=True, cwd=ROOT, check=True)
+    finally:
+        os.remove(src)
+    r = run([str(tmp_path / "hello")])
+    assert re.search(r"\[\d+ tokens, \d+ of \d+ drafted accepted\]", r.stdout), r.stdout
+    # the program writes its conversation by hand (no system turn): the CLI's --raw
+    prompt = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"
+    cli = run([BIN, "-p", prompt, "--raw", "--temp", "0", "-n", "256", "--drafter", MTP])
+    assert r.stdout.startswith(cli.stdout[:-1]), (r.stdout, cli.stdout)

@@ -193,7 +193,8 @@ pub unsafe extern "C" fn tandem_engine_open(options: *const tandem_engine_option
         let path = match model {
             Some(m) if Path::new(m).exists() => Path::new(m).to_path_buf(),
             Some(m) if !o.fetch => {
-                let spec = fetch::find(m).ok_or_else(|| Failure::new(tandem_status::TANDEM_ERR_MODEL, format!("model file not found: {m}")))?;
+                let spec =
+                    fetch::find(m).ok_or_else(|| Failure::new(tandem_status::TANDEM_ERR_MODEL, format!("model file not found: {m}")))?;
                 match fetch::fetched(spec, &fetch::models_dir()) {
                     Some(_) => spec.path_in(&fetch::models_dir()),
                     None => {
@@ -402,8 +403,7 @@ pub unsafe extern "C" fn tandem_session_generate(
             // SAFETY: non-NULL and valid by the caller's contract
             unsafe { *params }
         };
-        let sampler =
-            SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, seed: p.seed };
+        let sampler = SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, seed: p.seed };
         sampler.check().map_err(|e| Failure::invalid(format!("params.{e}")))?;
         check_ids(&s.engine, prompt)?;
         let gen = GenParams { max_tokens: p.max_tokens as usize, sampler };

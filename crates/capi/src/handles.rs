@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
-use tandem_engine::{Engine, SessionSnapshot, Session, SpecOptions, Speculator};
+use tandem_engine::{Engine, Session, SessionSnapshot, SpecOptions, Speculator};
 
 use crate::status::{tandem_status, Failure};
 

@@ -159,7 +159,10 @@ fn bad_arguments_get_a_status_and_a_message() {
 
         // detokenize: the length needed, then the text; ids out of range refused
         let ids = tokenize(e, "Hello, world");
-        assert_eq!(tandem_detokenize(e, ids.as_ptr(), ids.len(), buf.as_mut_ptr(), buf.len(), &mut n), tandem_status::TANDEM_ERR_BUFFER_TOO_SMALL);
+        assert_eq!(
+            tandem_detokenize(e, ids.as_ptr(), ids.len(), buf.as_mut_ptr(), buf.len(), &mut n),
+            tandem_status::TANDEM_ERR_BUFFER_TOO_SMALL
+        );
         assert_eq!(n, "Hello, world".len());
         let mut big = vec![0 as c_char; n + 1];
         assert_eq!(tandem_detokenize(e, ids.as_ptr(), ids.len(), big.as_mut_ptr(), big.len(), &mut n), tandem_status::TANDEM_OK);
@@ -179,7 +182,10 @@ fn bad_arguments_get_a_status_and_a_message() {
         let mut stats = std::mem::zeroed::<tandem_stats>();
         let p = greedy(4);
         assert_eq!(tandem_session_generate(s, null(), 0, &p, None, null_mut(), &mut stats), tandem_status::TANDEM_ERR_INVALID_ARGUMENT);
-        assert_eq!(tandem_session_generate(s, bad.as_ptr(), 2, &p, None, null_mut(), &mut stats), tandem_status::TANDEM_ERR_INVALID_ARGUMENT);
+        assert_eq!(
+            tandem_session_generate(s, bad.as_ptr(), 2, &p, None, null_mut(), &mut stats),
+            tandem_status::TANDEM_ERR_INVALID_ARGUMENT
+        );
         for (bad_p, name) in [
             (tandem_generate_params { temperature: -1.0, ..p }, "temperature"),
             (tandem_generate_params { temperature: f32::NAN, ..p }, "temperature"),
@@ -192,7 +198,10 @@ fn bad_arguments_get_a_status_and_a_message() {
         }
         // a prompt longer than the context
         let long = vec![ids[0]; 1025];
-        assert_eq!(tandem_session_generate(s, long.as_ptr(), long.len(), &p, None, null_mut(), &mut stats), tandem_status::TANDEM_ERR_CONTEXT);
+        assert_eq!(
+            tandem_session_generate(s, long.as_ptr(), long.len(), &p, None, null_mut(), &mut stats),
+            tandem_status::TANDEM_ERR_CONTEXT
+        );
         // the session still works after all that
         let (c, st) = generate(s, &ids, &p);
         assert_eq!((c.ids.len(), st.generated_tokens), (4, 4));
@@ -242,11 +251,12 @@ fn generation_equals_the_engines_and_speculation_changes_nothing() {
     let mut session2 = engine.new_session(1024);
     let gp = ::tandem_engine::GenParams { max_tokens: 48, sampler: ::tandem_engine::SamplerParams::greedy() };
     let mut ids = Vec::new();
-    session2.generate(&prompt, &gp, None, |id, _| {
-        ids.push(id);
-        true
-    })
-    .unwrap();
+    session2
+        .generate(&prompt, &gp, None, |id, _| {
+            ids.push(id);
+            true
+        })
+        .unwrap();
     assert_eq!(plain.ids, ids);
 
     for (drafter, lookup) in [(Some(mtp_file()), false), (None, true), (Some(mtp_file()), true)] {

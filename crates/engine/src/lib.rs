@@ -11,9 +11,9 @@ pub mod speculation;
 
 pub use session::{Conflict, Engine, EngineError, GenParams, GenStats, Session, SessionSnapshot, StopReason, SupportProblem};
 pub use speculation::SpecOptions;
-pub use tandem_model::ModelError;
 /// Worker threads by default: the physical cores.
 pub use tandem_kernels::pool::physical_cores;
+pub use tandem_model::ModelError;
 /// Sampling, below plain and speculative decoding alike.
 pub use tandem_sampling as sampling;
 pub use tandem_sampling::{Sampler, SamplerParams};

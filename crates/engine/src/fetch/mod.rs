@@ -150,10 +150,7 @@ pub fn resolve(model: Option<&Path>, progress: bool) -> Result<PathBuf, FetchErr
         Some(p) if p.exists() => Ok(p.to_path_buf()),
         Some(p) => match p.to_str().and_then(find) {
             Some(spec) => ensure_model(spec, &models_dir(), progress),
-            None => Err(FetchError::UnknownModel {
-                given: p.display().to_string(),
-                known: CATALOGUE.iter().map(|m| m.name).collect(),
-            }),
+            None => Err(FetchError::UnknownModel { given: p.display().to_string(), known: CATALOGUE.iter().map(|m| m.name).collect() }),
         },
         None => ensure_model(&DEFAULT_MODEL, &models_dir(), progress),
     }
