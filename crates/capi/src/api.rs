@@ -180,12 +180,8 @@ pub unsafe extern "C" fn tandem_engine_open(options: *const tandem_engine_option
     guard(|| {
         // SAFETY: the caller's contract
         unsafe { raw::put(out, std::ptr::null_mut(), "out") }?;
-        let o = if options.is_null() {
-            tandem_engine_options_default()
-        } else {
-            // SAFETY: non-NULL and valid by the caller's contract
-            unsafe { *options }
-        };
+        // SAFETY: the caller's contract
+        let o = unsafe { raw::read_opt(options) }.unwrap_or_else(|| tandem_engine_options_default());
         // SAFETY: the caller's contract on the option strings
         let model = unsafe { raw::opt_str(o.model, "options.model") }?;
         // SAFETY: as above
@@ -397,12 +393,8 @@ pub unsafe extern "C" fn tandem_session_generate(
         let mut s = lock(&s)?;
         // SAFETY: the caller's contract
         let prompt = unsafe { raw::slice(prompt, n, "prompt") }?;
-        let p = if params.is_null() {
-            tandem_generate_params_default()
-        } else {
-            // SAFETY: non-NULL and valid by the caller's contract
-            unsafe { *params }
-        };
+        // SAFETY: the caller's contract
+        let p = unsafe { raw::read_opt(params) }.unwrap_or_else(|| tandem_generate_params_default());
         let sampler = SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, seed: p.seed };
         sampler.check().map_err(|e| Failure::invalid(format!("params.{e}")))?;
         check_ids(&s.engine, prompt)?;

@@ -50,6 +50,15 @@ pub unsafe fn slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T],
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
+/// A copy of the struct at `p`, or None for NULL.
+///
+/// # Safety
+/// `p` is NULL or points to an initialised `T`.
+pub unsafe fn read_opt<T: Copy>(p: *const T) -> Option<T> {
+    // SAFETY: non-NULL and initialised by the caller's contract
+    (!p.is_null()).then(|| unsafe { p.read() })
+}
+
 /// Write `value` to `out`.
 ///
 /// # Safety
