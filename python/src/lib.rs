@@ -168,7 +168,7 @@ impl Model {
 
     /// The text of token ids.
     fn detokenize(&self, ids: Vec<u32>) -> PyResult<String> {
-        check_ids(&self.shared.engine, &ids)?;
+        self.shared.engine.check_tokens(&ids).map_err(engine_err)?;
         Ok(self.shared.engine.tokenizer.decode(&ids))
     }
 
@@ -221,10 +221,8 @@ impl Model {
         stream: bool,
         speculative: bool,
     ) -> PyResult<Py<PyAny>> {
-        let text = self.render_chat(messages)?;
-        let ids = self.shared.engine.tokenize_prompt(&text);
-        let sampler = SamplerParams { temperature, top_k, top_p, min_p, seed: seed.unwrap_or_else(time_seed) };
-        self.start(py, ids, GenParams { max_tokens, sampler }, stream, speculative)
+        let ids = self.shared.engine.tokenize_prompt(&self.render_chat(messages)?);
+        self.generate(py, Prompt::Ids(ids), max_tokens, temperature, top_k, top_p, min_p, seed, stream, speculative)
     }
 
     fn __repr__(&self) -> String {
@@ -246,7 +244,7 @@ impl Model {
         if ids.is_empty() {
             return Err(PyValueError::new_err("empty prompt"));
         }
-        check_ids(&self.shared.engine, &ids)?;
+        self.shared.engine.check_tokens(&ids).map_err(engine_err)?;
         if ids.len() > self.shared.ctx {
             return Err(engine_err(EngineError::PromptTooLong { prompt: ids.len(), ctx: self.shared.ctx }));
         }
@@ -262,14 +260,6 @@ impl Model {
 
 fn time_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-}
-
-fn check_ids(engine: &Engine, ids: &[u32]) -> PyResult<()> {
-    let vocab = engine.tokenizer.vocab_size();
-    match ids.iter().find(|&&id| id as usize >= vocab) {
-        Some(id) => Err(PyValueError::new_err(format!("token id {id} out of range (vocabulary {vocab})"))),
-        None => Ok(()),
-    }
 }
 
 fn chat_messages(messages: &Bound<'_, PyList>) -> PyResult<Vec<ChatMessage>> {
@@ -523,9 +513,7 @@ impl Drop for Stream {
         // an abandoned stream stops its generation; the thread gives the
         // session back before it ends
         self.cancel.store(true, Ordering::Relaxed);
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        self.finish();
     }
 }
 

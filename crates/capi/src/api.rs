@@ -228,10 +228,7 @@ pub unsafe extern "C" fn tandem_engine_open(options: *const tandem_engine_option
 /// is accepted and does nothing.
 #[no_mangle]
 pub extern "C" fn tandem_engine_free(engine: *mut tandem_engine) -> tandem_status {
-    guard(|| match engine.is_null() {
-        true => Ok(()),
-        false => ENGINES.remove(engine_id(engine)),
-    })
+    guard(|| ENGINES.free(engine_id(engine)))
 }
 
 /// The context of the engine's sessions, in tokens.
@@ -273,14 +270,6 @@ pub unsafe extern "C" fn tandem_tokenize(
     })
 }
 
-fn check_ids(e: &EngineState, ids: &[u32]) -> Result<(), Failure> {
-    let vocab = e.engine.tokenizer.vocab_size();
-    match ids.iter().find(|&&id| id as usize >= vocab) {
-        Some(id) => Err(Failure::invalid(format!("token id {id} out of range (vocabulary {vocab})"))),
-        None => Ok(()),
-    }
-}
-
 /// The text of `n` token ids, NUL-terminated, into `buf` of `cap` bytes;
 /// `len_out` gets its length without the NUL (the length needed when it
 /// returns `TANDEM_ERR_BUFFER_TOO_SMALL`).
@@ -301,7 +290,7 @@ pub unsafe extern "C" fn tandem_detokenize(
         let e = ENGINES.get(engine_id(engine))?;
         // SAFETY: the caller's contract
         let ids = unsafe { raw::slice(ids, n, "ids") }?;
-        check_ids(&e, ids)?;
+        e.engine.check_tokens(ids)?;
         let text = e.engine.tokenizer.decode(ids);
         // SAFETY: the caller's contract
         unsafe { raw::put_text(&text, buf, cap, len_out) }
@@ -363,10 +352,7 @@ pub unsafe extern "C" fn tandem_session_new(engine: *const tandem_engine, out: *
 /// Free a session. NULL is accepted and does nothing.
 #[no_mangle]
 pub extern "C" fn tandem_session_free(session: *mut tandem_session) -> tandem_status {
-    guard(|| match session.is_null() {
-        true => Ok(()),
-        false => SESSIONS.remove(session_id(session)),
-    })
+    guard(|| SESSIONS.free(session_id(session)))
 }
 
 /// Generate after `prompt` (token ids; the session reuses what it already
@@ -397,7 +383,7 @@ pub unsafe extern "C" fn tandem_session_generate(
         let p = unsafe { raw::read_opt(params) }.unwrap_or_else(|| tandem_generate_params_default());
         let sampler = SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, seed: p.seed };
         sampler.check().map_err(|e| Failure::invalid(format!("params.{e}")))?;
-        check_ids(&s.engine, prompt)?;
+        s.engine.engine.check_tokens(prompt)?;
         let gen = GenParams { max_tokens: p.max_tokens as usize, sampler };
         let mut piece = Vec::new();
         let SessionState { session, spec, .. } = &mut *s;
@@ -525,10 +511,7 @@ pub extern "C" fn tandem_session_restore(session: *mut tandem_session, snapshot:
 /// Free a snapshot. NULL is accepted and does nothing.
 #[no_mangle]
 pub extern "C" fn tandem_snapshot_free(snapshot: *mut tandem_snapshot) -> tandem_status {
-    guard(|| match snapshot.is_null() {
-        true => Ok(()),
-        false => SNAPSHOTS.remove(snapshot_id(snapshot)),
-    })
+    guard(|| SNAPSHOTS.free(snapshot_id(snapshot)))
 }
 
 /// Live handles of each kind (engines, sessions, snapshots); for tests of

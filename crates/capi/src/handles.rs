@@ -68,7 +68,11 @@ impl<T> Registry<T> {
     }
 
     /// Forget a handle; the object goes when the last call using it returns.
-    pub fn remove(&self, id: usize) -> Result<(), Failure> {
+    /// NULL (0) is accepted and does nothing, as `free(NULL)` does.
+    pub fn free(&self, id: usize) -> Result<(), Failure> {
+        if id == 0 {
+            return Ok(());
+        }
         self.map().as_mut().and_then(|m| m.remove(&id)).map(drop).ok_or_else(|| Failure::handle(self.kind))
     }
 

@@ -110,6 +110,16 @@ impl Engine {
         ids
     }
 
+    /// Refuse token ids outside the vocabulary (before detokenizing ids a
+    /// caller made up; the forward pass refuses them itself).
+    pub fn check_tokens(&self, ids: &[u32]) -> Result<(), EngineError> {
+        let vocab = self.tokenizer.vocab_size();
+        match ids.iter().find(|&&id| id as usize >= vocab) {
+            Some(&id) => Err(EngineError::Model(ModelError::BadToken { id, vocab })),
+            None => Ok(()),
+        }
+    }
+
     pub fn new_session(self: &Arc<Self>, ctx: usize) -> Session {
         Session::new(self.clone(), ctx)
     }
