@@ -355,6 +355,21 @@ pub struct SpecArgs {
     /// Largest n-gram the lookup matches (longest match wins).
     #[arg(long, default_value_t = 4, help_heading = "Speculative decoding")]
     pub lookup_ngram_max: usize,
+    /// Speculate with suffix trees over the prompt and over recent outputs
+    /// (this run's, and earlier runs' with --suffix-cache): the longest
+    /// recent match, its most frequent continuation, drafted while the path
+    /// stays likely. With --mtp, --drafter or --draft-model: in front of the
+    /// model drafter, as --lookup is.
+    #[arg(long, conflicts_with = "lookup", help_heading = "Speculative decoding")]
+    pub suffix: bool,
+    /// Keep the suffix cache of recent outputs in FILE between runs (loaded
+    /// at start if it exists, saved after each generation).
+    #[arg(long, value_name = "FILE", requires = "suffix", help_heading = "Speculative decoding")]
+    pub suffix_cache: Option<PathBuf>,
+    /// Most tokens of recent outputs the suffix cache holds; the oldest
+    /// outputs are evicted first.
+    #[arg(long, value_name = "N", default_value_t = tandem_engine::SUFFIX_DEFAULT_CACHE_TOKENS, help_heading = "Speculative decoding")]
+    pub suffix_cache_tokens: usize,
     /// Speculate with a separate draft model (must share the target's vocabulary).
     #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
     pub draft_model: Option<PathBuf>,
@@ -394,7 +409,8 @@ pub struct SpecArgs {
     /// Make an unusable support file an error instead of falling back to plain decoding.
     #[arg(long, help_heading = "Speculative decoding")]
     pub spec_require: bool,
-    /// Most tokens drafted per cycle (1..=32; default 10 for lookup, 6 for a draft model).
+    /// Most tokens drafted per cycle (1..=32; default 10 for lookup, 16 for
+    /// suffix trees, 6 for a draft model).
     #[arg(long = "draft-max", alias = "spec-draft", help_heading = "Speculative decoding")]
     pub draft_max: Option<usize>,
     /// Always draft the maximum instead of the adaptive length.
@@ -416,8 +432,14 @@ pub struct SpecArgs {
 }
 
 impl SpecArgs {
-    pub fn options(&self) -> tandem_engine::SpecOptions {
-        tandem_engine::SpecOptions {
+    /// The options for `engine` (a suffix cache file is loaded now).
+    pub fn options(&self, engine: &tandem_engine::Engine) -> Result<tandem_engine::SpecOptions, tandem_engine::EngineError> {
+        let suffix = match self.suffix {
+            true => Some(engine.suffix_cache(self.suffix_cache.as_deref(), self.suffix_cache_tokens)?),
+            false => None,
+        };
+        Ok(tandem_engine::SpecOptions {
+            suffix,
             lookup: self.lookup.then_some((self.lookup_ngram_min, self.lookup_ngram_max)),
             draft_model: self.draft_model.clone(),
             max_draft: self.draft_max,
@@ -433,7 +455,7 @@ impl SpecArgs {
             dspark_confidence: self.dspark_confidence,
             dspark_strict: self.dspark_strict,
             require: self.spec_require,
-        }
+        })
     }
 }
 

@@ -55,8 +55,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
 /// `tandem bench --prompts FILE`: plain vs speculative decoding per prompt.
 fn run_prompts(a: &BenchArgs, path: &Path) -> Result<()> {
     let prompts = load_prompts(path)?;
-    let opts = a.spec.options();
     let engine = crate::load_engine(&a.model)?;
+    let opts = a.spec.options(&engine)?;
     let model = crate::model_path(&a.model)?.file_stem().unwrap_or_default().to_string_lossy().into_owned();
     if !opts.enabled() {
         eprintln!("no drafter (--lookup, --draft-model or --mtp): measuring plain decoding only");

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use tandem_engine::{Engine, GenParams, GenStats, SamplerParams, Session, Speculator};
+use tandem_engine::{Engine, GenParams, GenStats, SamplerParams, Session, SpecOptions, Speculator};
 use tandem_tokenizer::ChatMessage;
 
 use crate::args::RunArgs;
@@ -86,7 +86,8 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let engine = crate::load_engine(&a.model)?;
     let ctx = a.ctx.unwrap_or(engine.model.cfg.ctx_train);
     let mut session = engine.new_session(ctx);
-    let mut spec = engine.speculator(&a.spec.options(), ctx)?;
+    let opts = a.spec.options(&engine)?;
+    let mut spec = engine.speculator(&opts, ctx)?;
     if let Some(sp) = &spec {
         eprintln!("speculative decoding: {}", sp.drafter_name());
     }
@@ -102,12 +103,13 @@ pub fn run(a: &RunArgs) -> Result<()> {
         let rendered = if a.raw { text } else { engine.render_chat(&messages_with_system(a, &[ChatMessage::new("user", text)]))? };
         let ids = engine.tokenize_prompt(&rendered);
         let (_, stats) = generate(&mut session, &mut spec, &ids, &p)?;
+        opts.persist();
         println!();
         print_stats(&stats);
         print_spec_stats(a, &spec);
         return Ok(());
     }
-    interactive(a, &engine, &mut session, &mut spec, &p)
+    interactive(a, &engine, &mut session, &mut spec, &opts, &p)
 }
 
 const HELP: &str =
@@ -119,7 +121,14 @@ fn print_spec_stats(a: &RunArgs, spec: &Option<Speculator>) {
     }
 }
 
-fn interactive(a: &RunArgs, engine: &Arc<Engine>, session: &mut Session, spec: &mut Option<Speculator>, p: &GenParams) -> Result<()> {
+fn interactive(
+    a: &RunArgs,
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    spec: &mut Option<Speculator>,
+    opts: &SpecOptions,
+    p: &GenParams,
+) -> Result<()> {
     eprintln!("interactive chat. {HELP}");
     let stdin = std::io::stdin();
     let mut history: Vec<ChatMessage> = Vec::new();
@@ -165,6 +174,7 @@ fn interactive(a: &RunArgs, engine: &Arc<Engine>, session: &mut Session, spec: &
             continue;
         }
         let (answer, stats) = generate(session, spec, &ids, p)?;
+        opts.persist();
         println!();
         print_stats(&stats);
         print_spec_stats(a, spec);

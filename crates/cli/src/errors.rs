@@ -12,6 +12,9 @@ pub fn flag(s: Setting) -> &'static str {
         Setting::MtpMargin => "--mtp-margin",
         Setting::DSparkBlockSize => "--dspark-block-size",
         Setting::DSparkConfidence => "--dspark-confidence",
+        // fixed by the engine, not set by a flag
+        Setting::SuffixMatch | Setting::SuffixMinProb => "--suffix",
+        Setting::SuffixCacheTokens => "--suffix-cache-tokens",
     }
 }
 
@@ -43,6 +46,7 @@ fn engine(e: &EngineError) -> Option<String> {
             Conflict::DraftModelWithOthers => "--draft-model cannot be combined with --lookup, --mtp or --drafter".into(),
             Conflict::DSparkWithoutSupportFile => "--dspark options need a support file: --mtp FILE --dspark, or --drafter FILE".into(),
             Conflict::SupportFileTwice => "give the support file once: --drafter FILE or --mtp FILE".into(),
+            Conflict::SuffixWithLookup => "--suffix already searches the prompt and the output: use --suffix or --lookup, not both".into(),
         },
         EngineError::SupportFile { path, problem: SupportProblem::DSparkNotAskedFor } => {
             format!("--mtp {}: DSpark drafter detected; add --dspark (or give it with --drafter) to decode with it", path.display())

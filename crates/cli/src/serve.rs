@@ -24,7 +24,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     anyhow::ensure!(a.shutdown_timeout >= 0.0 && a.shutdown_timeout.is_finite(), "--shutdown-timeout must be >= 0");
     cfg.keepalive = Duration::from_secs_f64(a.keepalive);
     cfg.shutdown_grace = Duration::from_secs_f64(a.shutdown_timeout);
-    cfg.spec = a.spec.options();
+    cfg.spec = a.spec.options(&engine)?;
     let auth = if cfg.api_key.is_some() { "API key required" } else { "no API key" };
     let model = cfg.model_id.clone();
     tandem_server::run(engine, cfg, |addr| {

@@ -10,7 +10,7 @@ use crate::args::VerifySpecArgs;
 pub fn run(a: &VerifySpecArgs) -> Result<()> {
     let engine = crate::load_engine(&a.model)?;
     let ctx = engine.model.cfg.ctx_train;
-    let Some(mut spec) = engine.speculator(&a.spec.options(), ctx)? else {
+    let Some(mut spec) = engine.speculator(&a.spec.options(&engine)?, ctx)? else {
         bail!("verify-spec needs a drafter: --lookup or --draft-model FILE");
     };
     let text = if a.raw { a.prompt.clone() } else { engine.render_chat(&[ChatMessage::new("user", a.prompt.clone())])? };

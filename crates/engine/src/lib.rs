@@ -17,4 +17,5 @@ pub use tandem_model::ModelError;
 /// Sampling, below plain and speculative decoding alike.
 pub use tandem_sampling as sampling;
 pub use tandem_sampling::{Sampler, SamplerParams};
-pub use tandem_speculative::{CycleRecord, Setting, SpecError, SpecLog, SpecStats, Speculator};
+pub use tandem_speculative::suffix::{DEFAULT_CACHE_TOKENS as SUFFIX_DEFAULT_CACHE_TOKENS, DEFAULT_DRAFT as SUFFIX_DEFAULT_DRAFT};
+pub use tandem_speculative::{CycleRecord, Setting, SpecError, SpecLog, SpecStats, Speculator, SuffixCache, SuffixCacheError};

@@ -66,6 +66,8 @@ pub enum Conflict {
     DSparkWithoutSupportFile,
     #[error("the support file is given twice")]
     SupportFileTwice,
+    #[error("suffix speculation already searches the prompt and the output; use it or prompt lookup, not both")]
+    SuffixWithLookup,
 }
 
 /// A model ready to run: weights, tokenizer, chat template and worker pool.

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use tandem_gguf::Gguf;
 use tandem_model::support::detect_kind;
 use tandem_model::{DSparkModel, MtpHead, SupportError, SupportKind, TargetId};
+use tandem_speculative::suffix;
 use tandem_speculative::{
     DSparkDrafter, DSparkOptions, DraftModel, Drafter, HybridDrafter, MtpDrafter, NgramDrafter, SchedulerConfig, Setting, SpecConfig,
-    SpecError, SpecLog, Speculator,
+    SpecError, SpecLog, Speculator, SuffixCache, SuffixDrafter, SuffixOptions, VocabId,
 };
 
 use crate::session::{Conflict, SupportProblem};
@@ -28,6 +29,9 @@ pub struct SpecOptions {
     pub fixed_length: bool,
     /// ds4's faster, non-exact acceptance at temperature > 0.
     pub opportunistic: bool,
+    /// Suffix speculation over this shared cache of recent outputs (alone,
+    /// or in front of the support model or draft model).
+    pub suffix: Option<SuffixCache>,
     /// Write each cycle's record as a JSON line to this file (`-`: stderr).
     pub log: Option<PathBuf>,
     /// A support file used as its kind says: an MTP head as MTP, a DSpark
@@ -62,12 +66,26 @@ pub const LOOKUP_DEFAULT_NGRAM: (usize, usize) = (1, 4);
 /// Default lookup proposal length.
 pub const LOOKUP_DEFAULT_DRAFT: usize = 10;
 
+/// Default draft-model proposal length.
+pub const DRAFT_MODEL_DEFAULT_DRAFT: usize = 6;
+
 /// Default chained MTP steps per cycle (the adaptive scheduler may use fewer).
 pub const MTP_DEFAULT_DRAFT: usize = 1;
 
 impl SpecOptions {
+    /// Save the suffix cache to its file, if it has one (after a
+    /// generation); a cache that cannot be saved is reported and decoding
+    /// goes on.
+    pub fn persist(&self) {
+        if let Some(c) = &self.suffix {
+            if let Err(e) = c.persist() {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
     pub fn enabled(&self) -> bool {
-        self.lookup.is_some() || self.draft_model.is_some() || self.mtp.is_some() || self.drafter.is_some()
+        self.lookup.is_some() || self.suffix.is_some() || self.draft_model.is_some() || self.mtp.is_some() || self.drafter.is_some()
     }
 }
 
@@ -86,72 +104,103 @@ impl Engine {
             let o = SpecOptions { mtp: Some(path.clone()), drafter: None, dspark: dspark || o.dspark, ..o.clone() };
             return self.speculator(&o, ctx);
         }
+        if o.suffix.is_some() && o.lookup.is_some() {
+            return Err(EngineError::Conflict(Conflict::SuffixWithLookup));
+        }
         if o.draft_model.is_some() && (o.lookup.is_some() || o.mtp.is_some()) {
             return Err(EngineError::Conflict(Conflict::DraftModelWithOthers));
         }
         if o.mtp.is_none() && (o.dspark || o.dspark_block_size.is_some() || o.dspark_confidence.is_some()) {
             return Err(EngineError::Conflict(Conflict::DSparkWithoutSupportFile));
         }
-        if let Some(path) = &o.mtp {
-            return match self.support_drafter(path, o, ctx) {
-                Ok(None) => Ok(None),
-                Ok(Some(d)) => {
-                    let d = match o.lookup {
-                        // prompt lookup first, the support model where nothing repeats
-                        Some((lo, hi)) => {
-                            let k = o.max_draft.unwrap_or(LOOKUP_DEFAULT_DRAFT);
-                            Box::new(HybridDrafter::new(NgramDrafter::new(lo, hi, k)?, d))
+        // the model drafter, if any
+        let model: Option<Box<dyn Drafter>> = if let Some(path) = &o.mtp {
+            match self.support_drafter(path, o, ctx) {
+                // strict DSpark: target-only
+                Ok(None) => return Ok(None),
+                Ok(Some(d)) => Some(d),
+                Err(e) if !o.require && matches!(e, EngineError::SupportFile { .. }) => {
+                    match (&o.suffix, o.lookup) {
+                        (Some(_), _) => tracing::warn!("{e}; continuing with suffix speculation alone"),
+                        (None, Some(_)) => tracing::warn!("{e}; continuing with prompt lookup alone"),
+                        (None, None) => {
+                            tracing::warn!("{e}; continuing with plain decoding");
+                            return Ok(None);
                         }
-                        None => d,
-                    };
-                    let k = d.max_draft();
-                    Ok(Some(Speculator::new(d, self.spec_config(o, k)?)?))
+                    }
+                    None
                 }
-                Err(e) if !o.require && matches!(e, EngineError::SupportFile { .. }) => match o.lookup {
-                    // the lookup that was to go in front still works alone
-                    Some((lo, hi)) => {
-                        tracing::warn!("{e}; continuing with prompt lookup alone");
-                        let k = o.max_draft.unwrap_or(LOOKUP_DEFAULT_DRAFT);
-                        Ok(Some(Speculator::new(Box::new(NgramDrafter::new(lo, hi, k)?), self.spec_config(o, k)?)?))
-                    }
-                    None => {
-                        tracing::warn!("{e}; continuing with plain decoding");
-                        Ok(None)
-                    }
-                },
-                Err(e) => Err(e),
-            };
-        }
-        let default_k = if o.lookup.is_some() { LOOKUP_DEFAULT_DRAFT } else { 6 };
-        let k = o.max_draft.unwrap_or(default_k);
-        if k == 0 || k > tandem_speculative::MAX_DRAFT {
-            return Err(SpecError::setting(Setting::DraftLength, k, format!("need 1..={}", tandem_speculative::MAX_DRAFT)).into());
-        }
-        let drafter: Box<dyn tandem_speculative::Drafter> = if let Some((lo, hi)) = o.lookup {
-            Box::new(NgramDrafter::new(lo, hi, k)?)
+                Err(e) => return Err(e),
+            }
         } else if let Some(path) = &o.draft_model {
-            if !path.exists() {
-                return Err(EngineError::DraftModelNotFound(path.clone()));
-            }
-            let draft = Engine::load(path, self.pool.threads())?;
-            let (a, b) = (&self.tokenizer, &draft.tokenizer);
-            if a.vocab_size() != b.vocab_size() || a.vocab_hash() != b.vocab_hash() {
-                return Err(SpecError::VocabMismatch(format!(
-                    "{} has {} tokens (hash {:016x}), the target {} (hash {:016x})",
-                    path.display(),
-                    b.vocab_size(),
-                    b.vocab_hash(),
-                    a.vocab_size(),
-                    a.vocab_hash()
-                ))
-                .into());
-            }
-            // the draft shares the target's worker pool: they never run at once
-            Box::new(DraftModel::new(draft.model.clone(), self.pool.clone(), self.model.cfg.vocab, ctx, k)?)
+            let k = o.max_draft.unwrap_or(DRAFT_MODEL_DEFAULT_DRAFT);
+            check_draft_length(k)?;
+            Some(self.draft_model(path, ctx, k)?)
         } else {
-            return Ok(None);
+            None
         };
-        Ok(Some(Speculator::new(drafter, self.spec_config(o, k)?)?))
+        // a free source in front of it, or alone
+        if let Some(cache) = &o.suffix {
+            let k = o.max_draft.unwrap_or(suffix::DEFAULT_DRAFT);
+            check_draft_length(k)?;
+            let free = SuffixDrafter::new(cache.clone(), SuffixOptions { max_draft: k, ..Default::default() })?;
+            let d = Box::new(HybridDrafter::new(Box::new(free), model));
+            let k = d.max_draft();
+            return Ok(Some(Speculator::new(d, self.spec_config(o, k)?)?));
+        }
+        let k = o.max_draft.unwrap_or(LOOKUP_DEFAULT_DRAFT);
+        let d: Box<dyn Drafter> = match (o.lookup, model) {
+            // prompt lookup first, the support model where nothing repeats
+            (Some((lo, hi)), Some(m)) if o.mtp.is_some() => Box::new(HybridDrafter::new(Box::new(NgramDrafter::new(lo, hi, k)?), Some(m))),
+            (_, Some(m)) => m,
+            (Some((lo, hi)), None) => {
+                check_draft_length(k)?;
+                Box::new(NgramDrafter::new(lo, hi, k)?)
+            }
+            (None, None) => return Ok(None),
+        };
+        let k = d.max_draft();
+        Ok(Some(Speculator::new(d, self.spec_config(o, k)?)?))
+    }
+
+    /// A separate draft model with the target's vocabulary.
+    fn draft_model(&self, path: &Path, ctx: usize, k: usize) -> Result<Box<dyn Drafter>, EngineError> {
+        if !path.exists() {
+            return Err(EngineError::DraftModelNotFound(path.to_path_buf()));
+        }
+        let draft = Engine::load(path, self.pool.threads())?;
+        let (a, b) = (&self.tokenizer, &draft.tokenizer);
+        if a.vocab_size() != b.vocab_size() || a.vocab_hash() != b.vocab_hash() {
+            return Err(SpecError::VocabMismatch(format!(
+                "{} has {} tokens (hash {:016x}), the target {} (hash {:016x})",
+                path.display(),
+                b.vocab_size(),
+                b.vocab_hash(),
+                a.vocab_size(),
+                a.vocab_hash()
+            ))
+            .into());
+        }
+        // the draft shares the target's worker pool: they never run at once
+        Ok(Box::new(DraftModel::new(draft.model.clone(), self.pool.clone(), self.model.cfg.vocab, ctx, k)?))
+    }
+
+    /// The global suffix cache for suffix speculation: kept in `file`
+    /// between runs when given (loaded now if it exists), else in memory.
+    pub fn suffix_cache(&self, file: Option<&Path>, tokens: usize) -> Result<SuffixCache, EngineError> {
+        if tokens == 0 {
+            return Err(SpecError::setting(Setting::SuffixCacheTokens, tokens, "need at least 1 token").into());
+        }
+        let depth = suffix::DEFAULT_DEPTH;
+        Ok(match file {
+            Some(path) => SuffixCache::open(path, tokens, depth, self.vocab_id()).map_err(SpecError::from)?,
+            None => SuffixCache::new(tokens, depth),
+        })
+    }
+
+    /// The vocabulary's identity, as suffix cache files record it.
+    pub fn vocab_id(&self) -> VocabId {
+        VocabId { size: self.tokenizer.vocab_size() as u32, hash: self.tokenizer.vocab_hash() }
     }
 
     fn spec_config(&self, o: &SpecOptions, k: usize) -> Result<SpecConfig, EngineError> {
@@ -218,14 +267,21 @@ impl Engine {
             }
             return Ok(Some(Box::new(drafter)));
         }
-        // with --lookup in front, --draft-max is the lookup's length
-        let k = o.mtp_draft.or(o.max_draft.filter(|_| o.lookup.is_none())).unwrap_or(MTP_DEFAULT_DRAFT);
+        // with lookup or suffix trees in front, --draft-max is their length
+        let k = o.mtp_draft.or(o.max_draft.filter(|_| o.lookup.is_none() && o.suffix.is_none())).unwrap_or(MTP_DEFAULT_DRAFT);
         if k == 0 || k > tandem_speculative::MAX_DRAFT {
             return Err(SpecError::setting(Setting::MtpDraftSteps, k, format!("need 1..={}", tandem_speculative::MAX_DRAFT)).into());
         }
         let head = Arc::new(self.load_mtp_head(path)?);
         Ok(Some(Box::new(MtpDrafter::new(head, self.pool.clone(), ctx, k, o.mtp_margin)?)))
     }
+}
+
+fn check_draft_length(k: usize) -> Result<(), EngineError> {
+    if k == 0 || k > tandem_speculative::MAX_DRAFT {
+        return Err(SpecError::setting(Setting::DraftLength, k, format!("need 1..={}", tandem_speculative::MAX_DRAFT)).into());
+    }
+    Ok(())
 }
 
 fn support_error(path: &Path, problem: SupportProblem) -> EngineError {

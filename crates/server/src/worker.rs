@@ -163,6 +163,8 @@ impl Worker {
             m.busy.fetch_add(1, Ordering::Relaxed);
             let events = job.events.clone();
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| self.generate(job)));
+            // the suffix cache keeps what this request wrote, if asked to
+            self.spec_opts.persist();
             // the gauge drops before the client hears the end
             m.busy.fetch_sub(1, Ordering::Relaxed);
             let failed = match r {

@@ -50,9 +50,23 @@ pub trait Drafter: Send {
     /// Largest proposal this drafter can make.
     fn max_draft(&self) -> usize;
 
-    /// The committed history is now exactly `history` (called at the start of a
-    /// generation, after every cycle, and after any rollback).
+    /// The committed history is now exactly `history` (called after every
+    /// cycle and after any rollback).
     fn sync(&mut self, history: &[u32]) -> Result<(), SpecError>;
+
+    /// A generation starts after `history`, its prompt (drafters that treat
+    /// the prompt and the output apart, such as suffix speculation, mark the
+    /// boundary here).
+    fn begin(&mut self, history: &[u32]) -> Result<(), SpecError> {
+        self.sync(history)
+    }
+
+    /// False for a drafter whose only proposals are free ones
+    /// ([`propose_free`](Drafter::propose_free)): the scheduler then weighs
+    /// them against plain steps and never asks [`propose`](Drafter::propose).
+    fn proposes(&self) -> bool {
+        true
+    }
 
     /// Propose up to `max` tokens after `history ++ [next]`. Drafters that
     /// sample use `params` and `rng` and fill `out.dists`.

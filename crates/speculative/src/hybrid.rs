@@ -1,106 +1,168 @@
-//! Prompt lookup in front of a model drafter (`--mtp FILE --lookup`).
+//! A free source (prompt lookup, suffix speculation) in front of a model
+//! drafter, or alone.
 //!
 //! A small head predicts well where the text is new and badly where it
 //! repeats: a summary that copies the source sentence, a list that runs on in
-//! a loop, a digit run. N-gram lookup is the reverse: it is free, proposes
-//! many tokens at once, and is right almost exactly where the context
-//! repeats. So each cycle the lookup gets the first word, as a free
-//! proposal ([`Drafter::propose_free`]): when the last `min_n` or more tokens
-//! occurred before, its continuation is offered, and the speculator takes it
-//! where it beats what the model drafter is expected to give; otherwise the
-//! scheduler decides whether the model drafter proposes, as it would alone.
-//! Which source proposes depends only on the committed history, never on
-//! drafted tokens or random draws, so truncation stays lossless.
+//! a loop, a digit run, a file resent with one change. Lookup and suffix
+//! trees are the reverse: they are free, propose many tokens at once, and are
+//! right almost exactly where the context repeats. So each cycle the free
+//! source gets the first word, as a free proposal
+//! ([`Drafter::propose_free`]): when the text before has occurred, its
+//! continuation is offered, and the speculator takes it where it beats what
+//! the model drafter is expected to give (or, with no model drafter, a plain
+//! step); otherwise the scheduler decides whether the model drafter
+//! proposes, as it would alone. Which source proposes depends only on the
+//! committed history (and, for a shared suffix cache, on other generations'
+//! committed outputs), never on drafted tokens or random draws, so
+//! truncation stays lossless.
 //!
-//! The lookup has no confidence of its own. It reports, per draft position,
-//! the acceptance its own verified proposals had there (decayed counts), and
-//! the scheduler verifies as much of the proposal as those pay for.
+//! A free source names, per proposed token, a calibration cell (for lookup:
+//! the matched n-gram length and the position; for suffix trees: the tree,
+//! match length, the token's empirical probability and its evidence, and
+//! the position) and a prior relative to the token before. The hybrid
+//! reports as confidence the acceptance measured in that cell (decayed
+//! counts, shrunk towards the estimate of the token before times the
+//! prior), and the scheduler verifies as much of the proposal as those pay
+//! for.
 
 use tandem_model::HiddenTap;
 
 use crate::cycle::CycleRecord;
 use crate::drafter::{Drafter, Proposal};
-use crate::ngram::NgramDrafter;
 use crate::SpecError;
 use tandem_sampling::{Rng, SamplerParams};
 
-/// Decay of the lookup's counts per lookup proposal, verified or declined:
-/// the estimate of a match length the scheduler keeps declining drifts back
-/// towards the prior, so it gets verified (re-tested) again now and then.
+/// Decay of a cell's counts each time a proposal uses it, verified or
+/// declined: the estimate of a cell the scheduler keeps declining drifts
+/// back towards the prior, so it gets verified (re-tested) again now and then.
 const DECAY: f64 = 0.98;
-/// Pseudo-count of the prior: a coin flip at the first position, and the
-/// estimate of the position before at the others (a lookup that got this far
-/// is usually inside a repeat).
+/// Pseudo-count of the prior: for lookup a coin flip at the first
+/// position, and the estimate of the position before at the others (a
+/// lookup that got this far is usually inside a repeat).
 const PRIOR_N: f64 = 2.0;
+
+/// A free source's proposal: tokens, each with its calibration cell and
+/// optionally a prior acceptance.
+#[derive(Debug, Clone, Default)]
+pub struct FreeDraft {
+    pub tokens: Vec<u32>,
+    /// Calibration cell of each token (below [`FreeSource::keys`]).
+    pub keys: Vec<u32>,
+    /// Prior acceptance of each token relative to the estimate of the
+    /// token before (the first's is absolute): 1 says "as likely as the
+    /// one before", so positions that have not been verified yet inherit
+    /// what the ones before them have shown.
+    pub priors: Vec<f32>,
+}
+
+impl FreeDraft {
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.keys.clear();
+        self.priors.clear();
+    }
+}
+
+/// A drafter that costs next to nothing and proposes only where the text
+/// before has occurred (prompt lookup, suffix trees).
+pub trait FreeSource: Send {
+    fn name(&self) -> String;
+
+    /// Largest proposal.
+    fn max_draft(&self) -> usize;
+
+    /// Number of calibration cells its proposals name.
+    fn keys(&self) -> usize;
+
+    /// A generation starts after `history` (its prompt).
+    fn begin(&mut self, history: &[u32]) -> Result<(), SpecError> {
+        self.sync(history)
+    }
+
+    /// The committed history is now exactly `history`.
+    fn sync(&mut self, history: &[u32]) -> Result<(), SpecError>;
+
+    /// Propose up to `max` tokens after `history ++ [next]` (nothing when
+    /// the text before has not occurred).
+    fn propose(&mut self, history: &[u32], next: u32, max: usize, out: &mut FreeDraft) -> Result<(), SpecError>;
+}
 
 /// Which source made the last proposal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     None,
-    Lookup,
+    Free,
     Model,
 }
 
 pub struct HybridDrafter {
-    lookup: NgramDrafter,
-    model: Box<dyn Drafter>,
+    free: Box<dyn FreeSource>,
+    model: Option<Box<dyn Drafter>>,
     last: Source,
-    /// Decayed counts of lookup drafts reached (all earlier ones accepted)
-    /// and accepted, per matched n-gram length (from the lookup's smallest)
-    /// and draft position: longer matches repeat more reliably.
-    reached: Vec<Vec<f64>>,
-    hits: Vec<Vec<f64>>,
-    /// Matched n-gram length of the last lookup proposal.
-    matched: usize,
+    /// Decayed counts of free drafts reached (all earlier ones accepted)
+    /// and accepted, per calibration cell.
+    reached: Vec<f64>,
+    hits: Vec<f64>,
+    /// The last free proposal.
+    draft: FreeDraft,
     /// Proposals by source (for the name and tests).
-    pub lookup_proposals: u64,
+    pub free_proposals: u64,
     pub model_proposals: u64,
 }
 
 impl HybridDrafter {
-    pub fn new(lookup: NgramDrafter, model: Box<dyn Drafter>) -> Self {
-        let n = lookup.max_draft();
-        let (lo, hi) = lookup.ngram_range();
+    /// `free` in front of `model`; with no model, the free source alone.
+    pub fn new(free: Box<dyn FreeSource>, model: Option<Box<dyn Drafter>>) -> Self {
+        let n = free.keys();
         HybridDrafter {
-            lookup,
+            free,
             model,
             last: Source::None,
-            reached: vec![vec![0.0; n]; hi - lo + 1],
-            hits: vec![vec![0.0; n]; hi - lo + 1],
-            matched: 0,
-            lookup_proposals: 0,
+            reached: vec![0.0; n],
+            hits: vec![0.0; n],
+            draft: FreeDraft::default(),
+            free_proposals: 0,
             model_proposals: 0,
         }
     }
 
-    /// Estimated acceptance of each lookup draft position, given the ones
-    /// before, after a match of bucket `m` (matched length − smallest): each
-    /// position's counts, shrunk towards the estimate of the one before.
-    fn lookup_confidences(&self, m: usize) -> impl Iterator<Item = f32> + '_ {
-        self.hits[m].iter().zip(&self.reached[m]).scan(0.5f64, |prior, (h, r)| {
-            *prior = (h + PRIOR_N * *prior) / (r + PRIOR_N);
-            Some(*prior as f32)
+    /// Estimated acceptance of each token of `d`, given the ones before:
+    /// the cell's decayed counts, shrunk towards the prior (the estimate of
+    /// the token before times the token's relative prior).
+    fn confidences<'a>(&'a self, d: &'a FreeDraft) -> impl Iterator<Item = f32> + 'a {
+        d.keys.iter().zip(&d.priors).scan(1.0f64, move |before, (&k, &rel)| {
+            let prior = *before * rel.clamp(0.0, 1.0) as f64;
+            let k = k as usize;
+            *before = (self.hits[k] + PRIOR_N * prior) / (self.reached[k] + PRIOR_N);
+            Some(*before as f32)
         })
-    }
-
-    #[cfg(test)]
-    fn lookup_confidence(&self, m: usize, i: usize) -> f32 {
-        self.lookup_confidences(m).nth(i).unwrap()
     }
 }
 
 impl Drafter for HybridDrafter {
     fn name(&self) -> String {
-        format!("{} before {}", self.lookup.name(), self.model.name())
+        match &self.model {
+            Some(m) => format!("{} before {}", self.free.name(), m.name()),
+            None => self.free.name(),
+        }
     }
 
     fn max_draft(&self) -> usize {
-        self.lookup.max_draft().max(self.model.max_draft())
+        self.free.max_draft().max(self.model.as_ref().map_or(0, |m| m.max_draft()))
+    }
+
+    fn proposes(&self) -> bool {
+        self.model.is_some()
+    }
+
+    fn begin(&mut self, history: &[u32]) -> Result<(), SpecError> {
+        self.free.begin(history)?;
+        self.model.as_mut().map_or(Ok(()), |m| m.begin(history))
     }
 
     fn sync(&mut self, history: &[u32]) -> Result<(), SpecError> {
-        self.lookup.sync(history)?;
-        self.model.sync(history)
+        self.free.sync(history)?;
+        self.model.as_mut().map_or(Ok(()), |m| m.sync(history))
     }
 
     fn propose(
@@ -125,7 +187,11 @@ impl Drafter for HybridDrafter {
         out: &mut Proposal,
         more: &dyn Fn(&[f32]) -> bool,
     ) -> Result<(), SpecError> {
-        self.model.propose_until(history, next, max, params, rng, out, more)?;
+        let Some(model) = self.model.as_mut() else {
+            out.clear();
+            return Ok(());
+        };
+        model.propose_until(history, next, max, params, rng, out, more)?;
         self.last = if out.tokens.is_empty() { Source::None } else { Source::Model };
         if self.last == Source::Model {
             self.model_proposals += 1;
@@ -134,54 +200,97 @@ impl Drafter for HybridDrafter {
     }
 
     fn propose_free(&mut self, history: &[u32], next: u32, max: usize, out: &mut Proposal) -> Result<bool, SpecError> {
-        self.lookup.propose(history, next, max, &SamplerParams::greedy(), &mut Rng::new(0), out)?;
-        if out.tokens.is_empty() {
-            return Ok(false);
+        out.clear();
+        let mut d = std::mem::take(&mut self.draft);
+        self.free.propose(history, next, max, &mut d)?;
+        let offered = !d.tokens.is_empty();
+        if offered {
+            for &k in &d.keys {
+                self.reached[k as usize] *= DECAY;
+                self.hits[k as usize] *= DECAY;
+            }
+            out.tokens.extend_from_slice(&d.tokens);
+            out.confidence.extend(self.confidences(&d));
+            self.last = Source::Free;
+            self.free_proposals += 1;
         }
-        self.matched = self.lookup.matched() - self.lookup.ngram_range().0;
-        self.reached[self.matched].iter_mut().for_each(|v| *v *= DECAY);
-        self.hits[self.matched].iter_mut().for_each(|v| *v *= DECAY);
-        out.confidence.clear();
-        out.confidence.extend(self.lookup_confidences(self.matched).take(out.tokens.len()));
-        self.last = Source::Lookup;
-        self.lookup_proposals += 1;
-        Ok(true)
+        self.draft = d;
+        Ok(offered)
     }
 
     fn feedback(&mut self, cycle: &CycleRecord) {
         let (proposed, accepted) = (cycle.plan.verify, cycle.verification.accepted);
         match std::mem::replace(&mut self.last, Source::None) {
-            Source::Lookup => {
-                let (reached, hits) = (&mut self.reached[self.matched], &mut self.hits[self.matched]);
-                for i in 0..proposed.min(reached.len()) {
-                    reached[i] += 1.0;
+            Source::Free => {
+                for (i, &k) in self.draft.keys.iter().take(proposed).enumerate() {
+                    self.reached[k as usize] += 1.0;
                     if i >= accepted {
                         break;
                     }
-                    hits[i] += 1.0;
+                    self.hits[k as usize] += 1.0;
                 }
             }
-            Source::Model => self.model.feedback(cycle),
+            Source::Model => {
+                if let Some(m) = self.model.as_mut() {
+                    m.feedback(cycle)
+                }
+            }
             Source::None => {}
         }
     }
 
     fn fixed_cost(&self) -> bool {
-        self.model.fixed_cost()
+        self.model.as_ref().is_some_and(|m| m.fixed_cost())
     }
 
     fn taps(&self) -> Vec<HiddenTap> {
-        self.model.taps()
+        self.model.as_ref().map_or_else(Vec::new, |m| m.taps())
     }
 
     fn observe(&mut self, start: usize, rows: usize, hidden: &[&[f32]]) {
-        self.model.observe(start, rows, hidden)
+        if let Some(m) = self.model.as_mut() {
+            m.observe(start, rows, hidden)
+        }
+    }
+}
+
+/// In front of a model drafter: a proposal's calibration cells are the
+/// matched n-gram length and the position.
+impl FreeSource for crate::NgramDrafter {
+    fn name(&self) -> String {
+        Drafter::name(self)
+    }
+
+    fn max_draft(&self) -> usize {
+        Drafter::max_draft(self)
+    }
+
+    fn keys(&self) -> usize {
+        let (lo, hi) = self.ngram_range();
+        (hi - lo + 1) * Drafter::max_draft(self)
+    }
+
+    fn sync(&mut self, history: &[u32]) -> Result<(), SpecError> {
+        Drafter::sync(self, history)
+    }
+
+    fn propose(&mut self, history: &[u32], next: u32, max: usize, out: &mut FreeDraft) -> Result<(), SpecError> {
+        let mut p = Proposal::default();
+        Drafter::propose(self, history, next, max, &SamplerParams::greedy(), &mut Rng::new(0), &mut p)?;
+        out.clear();
+        let lo = self.ngram_range().0;
+        let row = (self.matched().max(lo) - lo) * Drafter::max_draft(self);
+        out.keys.extend((0..p.tokens.len()).map(|i| (row + i) as u32));
+        out.priors.extend((0..p.tokens.len()).map(|i| if i == 0 { 0.5 } else { 1.0 }));
+        out.tokens = p.tokens;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NgramDrafter;
 
     /// Proposes `[7]` with confidence 0.9.
     struct Fixed;
@@ -222,10 +331,19 @@ mod tests {
         c
     }
 
+    /// The estimate of lookup position `i` after a match of bucket `m`
+    /// (proposals of up to 6 tokens).
+    fn lookup_confidence(h: &HybridDrafter, m: usize, i: usize) -> f32 {
+        let priors = (0..=i).map(|j| if j == 0 { 0.5 } else { 1.0 }).collect();
+        let d = FreeDraft { tokens: vec![0; i + 1], keys: (0..=i).map(|j| (m * 6 + j) as u32).collect(), priors };
+        let c = h.confidences(&d).nth(i).unwrap();
+        c
+    }
+
     #[test]
     fn lookup_first_then_model() {
         let model = Box::new(Fixed);
-        let mut h = HybridDrafter::new(NgramDrafter::new(2, 4, 6).unwrap(), model);
+        let mut h = HybridDrafter::new(Box::new(NgramDrafter::new(2, 4, 6).unwrap()), Some(model));
         let hist = [1, 2, 3, 4, 5, 1];
         h.sync(&hist).unwrap();
         let (p, mut rng, mut out) = (SamplerParams::greedy(), Rng::new(0), Proposal::default());
@@ -235,11 +353,11 @@ mod tests {
         assert_eq!(out.confidence, vec![0.5; 5]);
         h.feedback(&verified(5, 2));
         // matched "1 2": bucket 0 (n = 2); position 2 was reached and missed
-        let c: Vec<f32> = (0..4).map(|i| h.lookup_confidence(0, i)).collect();
+        let c: Vec<f32> = (0..4).map(|i| lookup_confidence(&h, 0, i)).collect();
         assert!(c[0] > 0.5 && c[1] > c[0] && c[2] < c[1], "{c:?}");
         // unreached positions inherit the estimate before them
         assert_eq!(c[3], c[2]);
-        assert_eq!(h.lookup_confidence(1, 0), 0.5);
+        assert_eq!(lookup_confidence(&h, 1, 0), 0.5);
         // "1 9" did not: nothing free, the model drafter proposes
         assert!(!h.propose_free(&hist, 9, 6, &mut out).unwrap());
         assert!(out.tokens.is_empty());
@@ -247,6 +365,26 @@ mod tests {
         assert_eq!(out.tokens, vec![7]);
         assert_eq!(out.confidence, vec![0.9]);
         h.feedback(&verified(1, 1));
-        assert_eq!((h.lookup_proposals, h.model_proposals), (1, 1));
+        assert_eq!((h.free_proposals, h.model_proposals), (1, 1));
+    }
+}
+
+#[cfg(test)]
+mod alone {
+    use super::*;
+    use crate::NgramDrafter;
+
+    #[test]
+    fn a_free_source_alone_never_asks_a_model() {
+        let mut h = HybridDrafter::new(Box::new(NgramDrafter::new(1, 2, 4).unwrap()), None);
+        assert!(!h.proposes());
+        let hist = [1, 2, 3, 1];
+        h.begin(&hist).unwrap();
+        let mut out = Proposal::default();
+        assert!(h.propose_free(&hist, 2, 4, &mut out).unwrap());
+        assert_eq!(out.tokens, vec![3, 1, 2]);
+        h.propose(&hist, 2, 4, &SamplerParams::greedy(), &mut Rng::new(0), &mut out).unwrap();
+        assert!(out.tokens.is_empty());
+        assert!(h.taps().is_empty() && !h.fixed_cost());
     }
 }

@@ -5,7 +5,8 @@
 //! to plain greedy decoding and rollback is truncating the KV cache.
 //!
 //! - [`Drafter`]: what n-gram lookup, a draft model, MTP and DSpark implement;
-//!   [`HybridDrafter`] puts lookup in front of one of the others.
+//!   [`HybridDrafter`] puts a free source (lookup, [`SuffixDrafter`]) in
+//!   front of one of the others, or runs it alone.
 //! - [`verify`]: acceptance rules (greedy; distribution-exact sampling for
 //!   point-mass and distribution drafts; ds4's opportunistic mode).
 //! - [`Scheduler`]: picks the draft length that maximises expected committed
@@ -27,6 +28,7 @@ pub mod ngram;
 pub mod scheduler;
 pub mod speculator;
 pub mod stats;
+pub mod suffix;
 pub mod verify;
 
 pub use cycle::{Ask, CyclePlan, CycleRecord, FreeOffer, SpecLog, Verification};
@@ -34,12 +36,13 @@ pub use decoder::{Decoder, PlainDecoder, Step, Target};
 pub use draft_model::DraftModel;
 pub use drafter::{Drafter, Proposal};
 pub use dspark::{DSparkDrafter, DSparkOptions};
-pub use hybrid::HybridDrafter;
+pub use hybrid::{FreeDraft, FreeSource, HybridDrafter};
 pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
 pub use scheduler::{Budget, Calibration, CostModel, Policy, Scheduler, SchedulerConfig};
 pub use speculator::{Setting, SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;
+pub use suffix::{SuffixCache, SuffixCacheError, SuffixDrafter, SuffixOptions, VocabId};
 
 /// Upper bound on tokens drafted per cycle.
 pub const MAX_DRAFT: usize = 32;

@@ -32,6 +32,12 @@ pub enum Setting {
     DSparkBlockSize,
     /// The DSpark confidence threshold that ends a draft.
     DSparkConfidence,
+    /// The longest context suffix a suffix tree matches.
+    SuffixMatch,
+    /// The path probability below which suffix drafting stops.
+    SuffixMinProb,
+    /// The most tokens the suffix cache holds.
+    SuffixCacheTokens,
 }
 
 impl std::fmt::Display for Setting {
@@ -43,6 +49,9 @@ impl std::fmt::Display for Setting {
             Setting::MtpMargin => "MTP margin",
             Setting::DSparkBlockSize => "DSpark block size",
             Setting::DSparkConfidence => "DSpark confidence threshold",
+            Setting::SuffixMatch => "suffix match length",
+            Setting::SuffixMinProb => "suffix minimum path probability",
+            Setting::SuffixCacheTokens => "suffix cache size",
         })
     }
 }
@@ -58,6 +67,8 @@ pub enum SpecError {
     Model(#[from] ModelError),
     #[error("drafter: {0}")]
     Drafter(String),
+    #[error(transparent)]
+    SuffixCache(#[from] crate::suffix::SuffixCacheError),
 }
 
 impl SpecError {
@@ -153,7 +164,7 @@ impl Speculator {
         self.proposed_last = false;
         self.cycles = 0;
         self.observed = self.observed.min(history.len());
-        self.drafter.sync(history)
+        self.drafter.begin(history)
     }
 
     /// Hidden taps the drafter needs for every committed position.
@@ -257,7 +268,9 @@ impl Speculator {
             None
         };
         let free_secs = t0.elapsed().as_secs_f64();
-        let ask = self.sched.ask(room, free_offer.as_ref().map(|f| (f.tokens, &f.confidence[..])));
+        // a drafter with only free proposals is offered nothing to draft
+        let offered = if self.drafter.proposes() { room } else { 0 };
+        let ask = self.sched.ask(offered, free_offer.as_ref().map(|f| (f.tokens, &f.confidence[..])));
         let budget = ask.budget;
         let mut draft_secs = 0.0;
         let mut draft_priced = false;

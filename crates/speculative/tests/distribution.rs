@@ -12,7 +12,7 @@ use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
 use tandem_sampling::{Rng, Sampler, SamplerParams};
 use tandem_speculative::drafter::{Drafter, Proposal};
-use tandem_speculative::{DraftModel, SchedulerConfig, SpecConfig, SpecError, Speculator};
+use tandem_speculative::{DraftModel, HybridDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator, SuffixCache, SuffixDrafter, SuffixOptions};
 
 fn model(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::F32, n_layer: 1, d_model: 32, n_head: 2, n_kv_head: 1, ffn: 64, ..Default::default() };
@@ -129,4 +129,24 @@ fn sampled_draft_model_at_temperature_0_8() {
         Speculator::new(Box::new(dm), cfg()).unwrap()
     });
     check("draft model p/q", &joint, &counts);
+}
+
+#[test]
+fn suffix_drafts_at_temperature_0_8() {
+    let m = model(21);
+    let pool = ThreadPool::new(1);
+    let prompt = [10u32, 20, 30];
+    let joint = exact_joint(&m, &pool, &prompt);
+    // a cache whose earlier outputs continue the likeliest first token with
+    // the likeliest second one; the cache keeps growing with what is
+    // sampled, so later drafts follow the sampled outputs too
+    let best = joint.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap().0;
+    let cache = SuffixCache::new(512, 8);
+    cache.append(None, &[best.0, best.1, best.0, best.1]);
+    let counts = run(&m, &pool, &prompt, || {
+        let d = SuffixDrafter::new(cache.clone(), SuffixOptions { max_draft: 2, max_match: 4, min_prob: 0.01 }).unwrap();
+        Speculator::new(Box::new(HybridDrafter::new(Box::new(d), None)), cfg()).unwrap()
+    });
+    assert!(cache.tokens() > 4);
+    check("suffix", &joint, &counts);
 }

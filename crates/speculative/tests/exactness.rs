@@ -13,7 +13,9 @@ use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::Model;
 use tandem_sampling::{Rng, SamplerParams};
 use tandem_speculative::drafter::{Drafter, Proposal};
-use tandem_speculative::{DraftModel, HybridDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator};
+use tandem_speculative::{
+    DraftModel, HybridDrafter, NgramDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator, SuffixCache, SuffixDrafter, SuffixOptions,
+};
 
 fn model(seed: u64, ty: GgmlType, n_layer: usize) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty, n_layer, ..Default::default() };
@@ -85,13 +87,38 @@ proptest! {
             prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "lookup k={}", k);
             // n-gram lookup in front of the corrupted oracle
             let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed ^ 1), corrupt, k };
-            let hybrid = HybridDrafter::new(NgramDrafter::new(1, 4, k).unwrap(), Box::new(oracle));
+            let hybrid = HybridDrafter::new(Box::new(NgramDrafter::new(1, 4, k).unwrap()), Some(Box::new(oracle)));
             let mut sp = Speculator::new(Box::new(hybrid), cfg(k, adaptive)).unwrap();
             prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "lookup before oracle k={}", k);
             // a different model of the same vocabulary as draft model
             let dm = DraftModel::new(model(seed + 1, ty, 1), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
             let mut sp = Speculator::new(Box::new(dm), cfg(k, adaptive)).unwrap();
             prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "draft model k={}", k);
+            // suffix trees alone, over a cache that holds earlier outputs:
+            // the true continuation, a corrupted copy of it, and what this
+            // run itself writes (so both trees propose, right and wrong)
+            let cache = SuffixCache::new(64 + (seed % 200) as usize, 8 + (seed % 24) as usize);
+            let mut rng = Rng::new(seed ^ 7);
+            let corrupted: Vec<u32> =
+                want.iter().map(|&t| if rng.uniform() < corrupt { (t + 1) % 320 } else { t }).collect();
+            cache.append(None, &corrupted);
+            if seed % 2 == 0 {
+                cache.append(None, &want[..n / 2]);
+            }
+            let opts = SuffixOptions { max_draft: k, max_match: (cache.depth() / 2).max(1), min_prob: 0.05 };
+            let suffix = SuffixDrafter::new(cache.clone(), opts.clone()).unwrap();
+            let mut sp = Speculator::new(Box::new(HybridDrafter::new(Box::new(suffix), None)), cfg(k, adaptive)).unwrap();
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "suffix k={}", k);
+            prop_assert!(cache.tokens() <= cache.capacity());
+            // suffix trees in front of the corrupted oracle, and of a draft model
+            let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed ^ 3), corrupt, k };
+            let suffix = SuffixDrafter::new(cache.clone(), opts.clone()).unwrap();
+            let mut sp = Speculator::new(Box::new(HybridDrafter::new(Box::new(suffix), Some(Box::new(oracle)))), cfg(k, adaptive)).unwrap();
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "suffix before oracle k={}", k);
+            let dm = DraftModel::new(model(seed + 1, ty, 1), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
+            let suffix = SuffixDrafter::new(cache.clone(), opts).unwrap();
+            let mut sp = Speculator::new(Box::new(HybridDrafter::new(Box::new(suffix), Some(Box::new(dm)))), cfg(k, adaptive)).unwrap();
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "suffix before draft model k={}", k);
         }
     }
 }

@@ -14,7 +14,10 @@ use tandem_model::mtp::{CopyWeights, FusedWeights, MtpWeights};
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model, MtpHead, TargetId};
 use tandem_sampling::{Rng, SamplerParams};
-use tandem_speculative::{Drafter, HybridDrafter, MtpDrafter, NgramDrafter, Proposal, SchedulerConfig, SpecConfig, Speculator};
+use tandem_speculative::{
+    Drafter, HybridDrafter, MtpDrafter, NgramDrafter, Proposal, SchedulerConfig, SpecConfig, Speculator, SuffixCache, SuffixDrafter,
+    SuffixOptions,
+};
 
 fn target(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::Q8_0, n_layer: 2, ..Default::default() };
@@ -92,10 +95,20 @@ proptest! {
         let rep: Vec<u32> = prompt.iter().chain(&prompt[..6]).chain(&prompt[3..9]).copied().collect();
         let want = common::plain(&m, &pool, &rep, 40);
         let drafter = MtpDrafter::new(head_with(&m, seed, reduced, fused), pool.clone(), 512, k.min(2), margin).unwrap();
-        let hybrid = HybridDrafter::new(NgramDrafter::new(2, 4, k).unwrap(), Box::new(drafter));
+        let hybrid = HybridDrafter::new(Box::new(NgramDrafter::new(2, 4, k).unwrap()), Some(Box::new(drafter)));
         let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: None };
         let mut sp = Speculator::new(Box::new(hybrid), cfg).unwrap();
-        prop_assert_eq!(common::speculative(&m, &pool, &rep, 40, &mut sp), want, "lookup before mtp");
+        prop_assert_eq!(common::speculative(&m, &pool, &rep, 40, &mut sp), want.clone(), "lookup before mtp");
+        // suffix trees in front of the head, with the output of an earlier
+        // generation in the cache
+        let cache = SuffixCache::new(256, 16);
+        cache.append(None, &want[..20]);
+        let drafter = MtpDrafter::new(head_with(&m, seed, reduced, fused), pool.clone(), 512, k.min(2), margin).unwrap();
+        let suffix = SuffixDrafter::new(cache, SuffixOptions { max_draft: k, max_match: 8, min_prob: 0.1 }).unwrap();
+        let hybrid = HybridDrafter::new(Box::new(suffix), Some(Box::new(drafter)));
+        let cfg = SpecConfig { max_draft: k, scheduler: SchedulerConfig { adaptive, ..Default::default() }, opportunistic: false, log: None };
+        let mut sp = Speculator::new(Box::new(hybrid), cfg).unwrap();
+        prop_assert_eq!(common::speculative(&m, &pool, &rep, 40, &mut sp), want, "suffix before mtp");
     }
 }
 
