@@ -135,6 +135,8 @@ fn bad_speculative_options_give_clear_errors() {
         (vec!["--draft-model", "/nonexistent/draft.gguf"], "draft model not found"),
         (vec!["--draft-model", other.to_str().unwrap()], "vocabulary"),
         (vec!["--lookup", "--draft-model", other.to_str().unwrap()], "cannot be combined"),
+        (vec!["--suffix", "--suffix-cache-tokens", "0"], "--suffix-cache-tokens 0: need at least 1 token"),
+        (vec!["--suffix", "--suffix-cache", "/nonexistent/dir/cache.bin", "--draft-max", "0"], "--draft-max 0"),
     ];
     for (extra, want) in cases {
         let mut args = vec!["-p", "hi", "-n", "4", "--temp", "0"];
@@ -144,6 +146,15 @@ fn bad_speculative_options_give_clear_errors() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
         assert!(!err.contains("panicked"), "{err}");
+    }
+    // flags that do not go together are refused before the model loads
+    for (extra, want) in [(vec!["--suffix", "--lookup"], "cannot be used with"), (vec!["--suffix-cache", "x.bin"], "--suffix")] {
+        let mut args = vec!["-p", "hi", "-n", "4"];
+        args.extend(extra.iter());
+        let out = tandem().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected '{want}' in: {err}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -162,6 +173,41 @@ fn lookup_output_equals_plain_and_stats_are_printed() {
     assert!(!records.is_empty(), "{err}");
     assert_eq!(records[0]["cycle"], 1, "{err}");
     assert!(records.iter().all(|r| r["plan"]["verify"].is_u64() && r["verification"]["committed"].as_u64() >= Some(1)), "{err}");
+}
+
+/// `--suffix` alone and with the MTP head gives the plain output; a
+/// `--suffix-cache` file keeps one run's output for the next, which then
+/// drafts it from its first token; a damaged file is an error.
+#[test]
+fn suffix_output_equals_plain_and_the_cache_file_carries_over() {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-suffix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("suffix.bin");
+    let f = file.to_str().unwrap();
+    let base = ["-p", "Write a Python class for a stack with push, pop and peek.", "-n", "64", "--temp", "0"];
+    let (plain, _) = run_ok(&base);
+    let head = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/support/smollm2-135m-instruct-mtp.gguf");
+    let mut with_head = base.to_vec();
+    with_head.extend(["--suffix", "--mtp", head, "--spec-require"]);
+    assert_eq!(run_ok(&with_head).0, plain);
+    let mut args = base.to_vec();
+    args.extend(["--suffix", "--suffix-cache", f, "--spec-stats"]);
+    let accepted = |err: &str| -> u64 {
+        let l = err.lines().find(|l| l.starts_with("spec: cycles")).unwrap_or_else(|| panic!("{err}"));
+        l.split("accepted ").nth(1).and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()).unwrap().parse().unwrap()
+    };
+    let (first, err1) = run_ok(&args);
+    assert_eq!(first, plain);
+    assert!(file.exists());
+    let (second, err2) = run_ok(&args);
+    assert_eq!(second, plain);
+    assert!(accepted(&err2) > accepted(&err1) + 20, "first run: {err1}\nsecond run: {err2}");
+    std::fs::write(&file, b"not a cache").unwrap();
+    let out = tandem().args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not a tandem suffix cache"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

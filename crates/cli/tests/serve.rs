@@ -103,6 +103,101 @@ fn server_greedy_output_matches_the_cli_with_lookup_before_mtp() {
 }
 
 #[test]
+fn server_greedy_output_matches_the_cli_with_suffix() {
+    check_identical(&["--suffix"]);
+}
+
+#[test]
+fn server_greedy_output_matches_the_cli_with_suffix_before_mtp() {
+    let head = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/support/smollm2-135m-instruct-mtp.gguf");
+    check_identical(&["--mtp", head, "--suffix", "--spec-require"]);
+}
+
+impl Server {
+    fn get(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// A gauge's value from /metrics.
+    fn gauge(&self, name: &str) -> Option<u64> {
+        let m = self.get("/metrics");
+        m.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn chat(&self, text: &str, n: usize) -> serde_json::Value {
+        self.post(
+            "/v1/chat/completions",
+            &serde_json::json!({"model": "x", "messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": n}),
+        )
+    }
+
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "exit status {st}");
+    }
+}
+
+/// The suffix cache of recent outputs survives a restart only with
+/// `--suffix-cache FILE`, never holds more than `--suffix-cache-tokens`,
+/// and what it remembers makes a repeated answer draft from the first
+/// token on; output stays the plain output.
+#[test]
+fn suffix_cache_survives_a_restart_only_if_asked_and_stays_bounded() {
+    let dir = std::env::temp_dir().join(format!("tandem-serve-suffix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("suffix.bin");
+    let f = file.to_str().unwrap();
+    let ask = "Write a Python function that returns the squares of a list of numbers.";
+    let plain = Server::start(&[]);
+    let want = plain.chat(ask, 64);
+    plain.stop();
+
+    let s = Server::start(&["--suffix", "--suffix-cache", f, "--suffix-cache-tokens", "100"]);
+    assert_eq!(s.gauge("tandem_suffix_cache_tokens"), Some(0));
+    assert_eq!(s.gauge("tandem_suffix_cache_capacity_tokens"), Some(100));
+    let first = s.chat(ask, 64);
+    assert_eq!(first["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
+    for other in ["Name three rivers.", "Count from 1 to 40.", "Write a haiku about tea."] {
+        s.chat(other, 48);
+        let held = s.gauge("tandem_suffix_cache_tokens").unwrap();
+        assert!(held <= 100, "{held} tokens held");
+    }
+    let before = s.gauge("tandem_suffix_cache_tokens").unwrap();
+    assert!(before > 0);
+    s.stop();
+    assert!(file.exists(), "the cache was not saved");
+
+    // asked: the same outputs are back after the restart
+    let s = Server::start(&["--suffix", "--suffix-cache", f, "--suffix-cache-tokens", "100"]);
+    assert_eq!(s.gauge("tandem_suffix_cache_tokens"), Some(before));
+    s.stop();
+    // not asked: a fresh cache
+    let s = Server::start(&["--suffix"]);
+    assert_eq!(s.gauge("tandem_suffix_cache_tokens"), Some(0));
+    // a repeated request drafts from what the first answer wrote
+    let a = s.chat(ask, 64);
+    let b = s.chat(ask, 64);
+    assert_eq!(a["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
+    assert_eq!(b["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
+    let (da, db) = (&a["tandem"]["speculative"], &b["tandem"]["speculative"]);
+    assert!(db["accepted_tokens"].as_u64() > da["accepted_tokens"].as_u64(), "first {da}, repeated {db}");
+    assert!(db["tokens_per_cycle"].as_f64().unwrap() > 2.0, "repeated {db}");
+    s.stop();
+    // a cache file for another vocabulary is refused with a clear message
+    std::fs::write(&file, b"TNDMSUFX\x01\0\0\0\x10\0\0\0\x01\0\0\0\0\0\0\0\0\0\0\0").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem")).args(["serve", "--port", "0", "--suffix", "--suffix-cache", f]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("another vocabulary"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn sigterm_shuts_down_cleanly() {
     let mut s = Server::start(&["--shutdown-timeout", "1"]);
     let pid = s.child.id().to_string();

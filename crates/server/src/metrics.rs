@@ -35,6 +35,8 @@ pub struct Metrics {
     pub spec_cycles: AtomicU64,
     pub spec_drafted: AtomicU64,
     pub spec_accepted: AtomicU64,
+    /// The suffix cache of recent outputs, when the server speculates with it.
+    pub suffix: std::sync::OnceLock<tandem_engine::SuffixCache>,
 }
 
 impl Metrics {
@@ -106,6 +108,17 @@ impl Metrics {
         let (d, a) = (self.spec_drafted.load(Relaxed), self.spec_accepted.load(Relaxed));
         let rate = if d > 0 { a as f64 / d as f64 } else { 0.0 };
         metric("tandem_spec_acceptance_rate", "gauge", "Accepted / drafted tokens over all requests.", &one(format!("{rate:.4}")));
+        if let Some(sc) = self.suffix.get() {
+            metric("tandem_suffix_cache_tokens", "gauge", "Tokens of recent outputs in the suffix cache.", &one(sc.tokens().to_string()));
+            metric(
+                "tandem_suffix_cache_capacity_tokens",
+                "gauge",
+                "Most tokens the suffix cache holds (--suffix-cache-tokens).",
+                &one(sc.capacity().to_string()),
+            );
+            metric("tandem_suffix_cache_sequences", "gauge", "Outputs in the suffix cache.", &one(sc.sequences().to_string()));
+            metric("tandem_suffix_cache_nodes", "gauge", "Suffix tree nodes of the suffix cache.", &one(sc.nodes().to_string()));
+        }
         s
     }
 }

@@ -132,6 +132,9 @@ pub fn spawn(
 ) -> Result<Spawned, crate::ServerError> {
     let spec = engine.speculator(&spec_opts, ctx)?;
     let drafter = spec.as_ref().map(|s| s.drafter_name());
+    if let Some(c) = &spec_opts.suffix {
+        let _ = shared.metrics.suffix.set(c.clone());
+    }
     let session = engine.new_session(ctx);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(max_queue);
     let mut w = Worker { engine, ctx, spec_opts, session, spec, shared };

@@ -12,7 +12,9 @@ use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, LogitRows, Model};
 use tandem_sampling::{Rng, Sampler, SamplerParams};
 use tandem_speculative::drafter::{Drafter, Proposal};
-use tandem_speculative::{DraftModel, HybridDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator, SuffixCache, SuffixDrafter, SuffixOptions};
+use tandem_speculative::{
+    DraftModel, HybridDrafter, SchedulerConfig, SpecConfig, SpecError, Speculator, SuffixCache, SuffixDrafter, SuffixOptions,
+};
 
 fn model(seed: u64) -> Arc<Model> {
     let spec = SyntheticSpec { seed, ty: GgmlType::F32, n_layer: 1, d_model: 32, n_head: 2, n_kv_head: 1, ffn: 64, ..Default::default() };

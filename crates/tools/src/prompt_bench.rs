@@ -591,7 +591,9 @@ fn summarize(category: &str, rows: &[&PromptRow]) -> Summary {
 /// alternates per prompt. Only decode time is measured; tok/s is generated
 /// tokens / decode time for both. One speculator serves all prompts (its
 /// scheduler keeps what it learned); a warm-up generation of each kind runs
-/// first. `ctx`: session context (None: longest prompt + n_predict + margin).
+/// first. A suffix cache is emptied before each speculative generation, so
+/// every prompt is measured as a fresh one, with no earlier outputs to draft
+/// from (`scripts/bench-trace.py` measures what history brings). `ctx`: session context (None: longest prompt + n_predict + margin).
 /// `round` shifts the alternation (prompt i runs speculative first when
 /// i + round is odd), so that over two rounds every prompt runs each way
 /// first once. `progress(i, n, row)` is called after each prompt.
@@ -631,6 +633,9 @@ pub fn run_prompt_bench(
         for pass in 0..2 {
             let do_spec = (pass == 0) == spec_first;
             if do_spec {
+                if let Some(c) = &spec.suffix {
+                    c.clear();
+                }
                 if let Some(s) = sp.as_mut() {
                     let r = generate(engine, ctx, toks, n_predict, Some(s))?;
                     let mine = r.1.spec.clone().unwrap_or_default();

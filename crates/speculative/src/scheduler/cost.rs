@@ -91,6 +91,8 @@ impl CostModel {
             return;
         }
         if self.measured[width] {
+            // a cost above a wider width's was a slow sample: start from the bound
+            self.relative[width] = self.bounded_relative(width);
             // the surprise in log terms, shared out between the machine's
             // speed (most of it: all widths drift together) and this width's
             // relative cost
@@ -141,7 +143,23 @@ impl CostModel {
         if !self.measured.iter().any(|&m| m) {
             return 1.0;
         }
-        self.speed * self.relative_cost(w)
+        self.speed * self.bounded_relative(w)
+    }
+
+    /// The relative cost of width `w`, at most that of any wider measured
+    /// width: a forward of more rows does not cost less, so a width whose
+    /// first sample came out slow (a preempted forward) is priced no higher
+    /// than the next wider one. Without the bound one slow sample of width
+    /// 3 kept a free proposal at one verified token for hundreds of cycles:
+    /// the greedy scan stops at the first width that does not pay, and a
+    /// width that is never chosen is never measured again.
+    /// The one-row cost is left as measured: it is the plain step every
+    /// rate is compared with, refreshed on its own schedule.
+    fn bounded_relative(&self, w: usize) -> f64 {
+        if w == 1 {
+            return self.relative_cost(1);
+        }
+        (w + 1..self.relative.len()).filter(|&v| self.measured[v]).fold(self.relative_cost(w), |r, v| r.min(self.relative[v]))
     }
 
     fn relative_cost(&self, w: usize) -> f64 {
@@ -267,6 +285,22 @@ mod tests {
         c.observe_verify(1, 2.0);
         assert!(!c.one_row_stale());
         assert!(c.verify_cost(1) > 1.45, "{}", c.verify_cost(1));
+    }
+
+    /// A width whose first sample came out slow costs no more than a wider one.
+    #[test]
+    fn a_slow_sample_does_not_price_a_width_above_wider_ones() {
+        let mut c = measured();
+        c.observe_verify(6, 2.0);
+        // width 3 once measured at three times its cost
+        c.observe_verify(3, 3.6);
+        assert!(c.verify_cost(3) <= c.verify_cost(4) + 1e-12, "{} > {}", c.verify_cost(3), c.verify_cost(4));
+        assert!(c.verify_cost(5) <= c.verify_cost(6) + 1e-12);
+        // and its next samples are learned from the bound
+        for _ in 0..50 {
+            c.observe_verify(3, 1.2);
+        }
+        assert!(c.verify_cost(3) < 1.4, "{}", c.verify_cost(3));
     }
 
     #[test]

@@ -201,6 +201,13 @@ impl SuffixCache {
         self.lock().append(id, tokens, self.cap)
     }
 
+    /// Forget every output held.
+    pub fn clear(&self) {
+        let mut st = self.lock();
+        *st = Store::new(self.depth);
+        st.dirty = true;
+    }
+
     /// Run `f` on the tree (under the lock).
     pub fn with_tree<R>(&self, f: impl FnOnce(&SuffixTree) -> R) -> R {
         f(&self.lock().tree)
@@ -310,6 +317,8 @@ mod tests {
         c.append(None, &long);
         assert!(c.tokens() <= 50);
         c.with_tree(|t| t.check());
+        c.clear();
+        assert_eq!((c.tokens(), c.sequences(), c.nodes()), (0, 0, 1));
     }
 
     #[test]
