@@ -27,14 +27,17 @@ non-streaming chat completion with temperature 0 and max_tokens = --max-tokens):
     three kinds, --edits limits the count), three turns: the prompt, a follow-up
     edit of the answer, a final edit; the whole history (with the server's own
     answers) is resent each turn, like a chat client.
-  - same file, two conversations: the code of a rename prompt; conversation A is
-    the rename prompt, conversation B (fresh, later) asks for type hints on the
-    same code, worded like the hints prompts. These rename prompts are not used
-    for edit chains (A would otherwise repeat an edit chain's first turn).
+  - the same file edited in other conversations: the code of a rename prompt;
+    conversation A is the rename prompt; B (fresh, later) asks for the same
+    change again, as an agent that retries or a second user would, with a
+    different first sentence; C (fresh, later) asks for type hints on the same
+    code, worded like the hints prompts. These rename prompts are not used for
+    edit chains (A would otherwise repeat an edit chain's first turn).
   - a log summarised twice: a synthetic pytest log (~100 lines); conversation A
-    asks for a summary, conversation B (fresh, later) lists the failures.
+    asks for a summary, B (fresh, later) asks again after "the job failed
+    again", C (fresh, later) asks for the list of failures instead.
 Order on each fresh server: all A conversations, then the edit chains, then all
-B conversations, so each B comes several requests after its A. One client,
+B conversations, then all C ones, so each comes several requests after its A. One client,
 sequential requests. Each configuration gets a fresh server per round; with
 --rounds R the configurations alternate round by round (A B C A B C ...) and the
 tables show the median over rounds.
@@ -199,7 +202,7 @@ def synth_log(prompts, seed):
 def build_traces(prompts, n_edits, n_same, n_logs):
     """Conversations in the order they are sent: A conversations, edit chains, B conversations.
 
-    Each conversation is a dict: id, kind (edit|file-A|file-B|log-A|log-B), turns (user texts).
+    Each conversation is a dict: id, kind (edit|file-A|file-B|file-C|log-A|log-B|log-C), turns (user texts).
     """
     by_kind = {k: [p for p in prompts if p["kind"] == k] for k in ("rename", "hints", "comments")}
     hints_head = next((p["user"][:FENCE.search(p["user"]).start()] for p in by_kind["hints"]), HINTS_FALLBACK)
@@ -210,22 +213,25 @@ def build_traces(prompts, n_edits, n_same, n_logs):
     for i in range(max(map(len, pools), default=0)):
         edits += [pool[i] for pool in pools if i < len(pool)]
     edits = edits[:n_edits] if n_edits is not None else edits
-    a_convs, b_convs = [], []
+    a_convs, b_convs, c_convs = [], [], []
     for p in same:
         code = fenced_code(p["user"])
         name = p["id"].removeprefix("code-dev-")
         a_convs.append({"id": f"file-{name}-A", "kind": "file-A", "turns": [p["user"]]})
         b_convs.append({"id": f"file-{name}-B", "kind": "file-B",
+                        "turns": [f"Another copy of this file needs the same change. {p['user']}"]})
+        c_convs.append({"id": f"file-{name}-C", "kind": "file-C",
                         "turns": [f"{hints_head}```python\n{code}```"]})
     for i in range(n_logs):
         log = synth_log(prompts, seed=i)
-        a_convs.append({"id": f"log-{i + 1}-A", "kind": "log-A",
-                        "turns": [f"Summarise this test log: which tests failed and why?\n\n```\n{log}```"]})
-        b_convs.append({"id": f"log-{i + 1}-B", "kind": "log-B",
+        summary = f"Summarise this test log: which tests failed and why?\n\n```\n{log}```"
+        a_convs.append({"id": f"log-{i + 1}-A", "kind": "log-A", "turns": [summary]})
+        b_convs.append({"id": f"log-{i + 1}-B", "kind": "log-B", "turns": [f"The CI job failed again. {summary}"]})
+        c_convs.append({"id": f"log-{i + 1}-C", "kind": "log-C",
                         "turns": [f"List the failing tests and the exception each raised.\n\n```\n{log}```"]})
     chains = [{"id": f"edit-{p['id'].removeprefix('code-dev-')}", "kind": "edit",
                "turns": [p["user"], *follow_ups(p)]} for p in edits]
-    return a_convs + chains + b_convs
+    return a_convs + chains + b_convs + c_convs
 
 
 # ---------------------------------------------------------------------------
@@ -325,8 +331,10 @@ COLUMNS = [  # (header, record filter)
     ("edit all", lambda r: r["kind"] == "edit"),
     ("file A", lambda r: r["kind"] == "file-A"),
     ("file B", lambda r: r["kind"] == "file-B"),
+    ("file C", lambda r: r["kind"] == "file-C"),
     ("log A", lambda r: r["kind"] == "log-A"),
     ("log B", lambda r: r["kind"] == "log-B"),
+    ("log C", lambda r: r["kind"] == "log-C"),
 ]
 
 
@@ -492,11 +500,13 @@ def main():
     ])
     print(md)
     if a.out_md:
+        Path(a.out_md).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out_md).write_text(md + "\n")
     if a.json:
         meta = {"command": cmdline, "cpu": cpu_model(), "threads": a.threads, "max_tokens": a.max_tokens,
                 "rounds": a.rounds, "configs": {n: common + f for n, f in configs},
                 "traces": traces, "exactness_differences": diffs}
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps({"meta": meta, "requests": records}, indent=1))
     sys.exit(1 if diffs else 0)
 

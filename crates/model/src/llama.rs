@@ -183,7 +183,17 @@ pub(crate) struct Scratch {
 thread_local! {
     pub(crate) static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-head results of a batch of rows, before they go to their rows.
+    static HEAD_ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Widest batch of one sequence's rows attended head by head with shared
+/// key and value blocks (a verify pass); wider ones (a prompt) are split by
+/// (row, head), which balances the threads better.
+const ROW_BATCH_MAX: usize = 64;
+/// Cached positions per block: a block's keys or values of one head (64 ×
+/// head size floats) stay in L1 while every row of the batch uses them.
+const POS_BLOCK: usize = 64;
 
 pub(crate) fn resize(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     v.resize(n, 0.0);
@@ -469,11 +479,85 @@ impl Kv<'_, '_> {
     }
 }
 
+/// Causal attention of `m` consecutive rows of one sequence, one head per
+/// unit of work: each block of cached keys (then values) of the head is read
+/// once from memory for all rows. At long contexts the cache is larger than
+/// the weights and a row-by-row pass streams it once per row, so a verify
+/// row cost most of a plain step; here it costs its arithmetic.
+///
+/// Row `i` still computes exactly what it computes alone: its scores are
+/// the same per-position dot products, its softmax runs over the same
+/// scores, and its output accumulates the value rows in position order
+/// (`axpy_rows` over consecutive blocks is the same sequence of FMAs as
+/// over the whole range).
+fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize, m: usize, q: &[f32], out: &mut [f32]) {
+    let hd = cfg.head_dim;
+    let kvd = cfg.kv_dim();
+    let qd = cfg.q_dim();
+    let group = cfg.n_head / cfg.n_kv_head;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let nh = cfg.n_head;
+    let base = cache.len();
+    let (kc, vc) = cache.layer(layer);
+    // scores of row i at sc[i * last ..][..base + i + 1]
+    let last = base + m;
+    HEAD_ROWS.with(|tmp| {
+        let mut tmp = tmp.borrow_mut();
+        let tmp = resize(&mut tmp, nh * m * hd);
+        pool.run_pieces(
+            tmp,
+            m * hd,
+            |u| u,
+            || (),
+            |_, h, o| {
+                let off = (h / group) * hd;
+                SCORES.with(|sc| {
+                    let mut sc = sc.borrow_mut();
+                    let sc = resize(&mut sc, m * last);
+                    for p0 in (0..last).step_by(POS_BLOCK) {
+                        for i in 0..m {
+                            let n = base + i + 1;
+                            if p0 < n {
+                                let p1 = (p0 + POS_BLOCK).min(n);
+                                let qh = &q[i * qd + h * hd..][..hd];
+                                ops::dot_rows(qh, &kc[p0 * kvd..], kvd, off, scale, &mut sc[i * last + p0..i * last + p1]);
+                            }
+                        }
+                    }
+                    for i in 0..m {
+                        ops::softmax_inplace(&mut sc[i * last..i * last + base + i + 1]);
+                    }
+                    o.iter_mut().for_each(|v| *v = 0.0);
+                    for p0 in (0..last).step_by(POS_BLOCK) {
+                        for (i, oi) in o.chunks_exact_mut(hd).enumerate() {
+                            let n = base + i + 1;
+                            if p0 < n {
+                                let p1 = (p0 + POS_BLOCK).min(n);
+                                ops::axpy_rows(oi, &sc[i * last + p0..i * last + p1], &vc[p0 * kvd..], kvd, off);
+                            }
+                        }
+                    }
+                });
+            },
+        );
+        for (h, rows) in tmp.chunks_exact(m * hd).enumerate() {
+            for (i, r) in rows.chunks_exact(hd).enumerate() {
+                out[i * qd + h * hd..][..hd].copy_from_slice(r);
+            }
+        }
+    });
+}
+
 /// Causal attention of `m` query rows over the cache(s). Each (row, head) is
 /// one unit of work; its result depends only on its own query and the cache
 /// rows up to its position, so a row gives the same bits alone, in a batch of
 /// its own sequence, or beside rows of other sequences.
 fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q: &[f32], out: &mut [f32]) {
+    if let Kv::One(cache) = kv {
+        if (2..=ROW_BATCH_MAX).contains(&m) {
+            return attention_rows(pool, cfg, cache, layer, m, q, out);
+        }
+    }
     let hd = cfg.head_dim;
     let kvd = cfg.kv_dim();
     let qd = cfg.q_dim();

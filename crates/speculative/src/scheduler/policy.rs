@@ -353,13 +353,30 @@ impl Policy {
     /// [`Drafter::propose_free`](crate::Drafter::propose_free)), whose
     /// confidences are the drafter's own measured acceptance: they are used
     /// as they are, and the proposal cost nothing.
+    ///
+    /// A free proposal is deterministic (its tokens and confidences follow
+    /// from the history alone), so the cut may look at every length at once
+    /// ([`best_overall`]) instead of stopping at the first that does not pay:
+    /// a long repeat often pays at 12 or 16 tokens where 8 or 9 do not,
+    /// because the widths a scheduler rarely uses are priced from older
+    /// measurements than the ones it uses all the time.
     pub fn truncate_free(&self, cost: &CostModel, drafted: usize, confidence: &[f32]) -> usize {
         if !self.cfg.adaptive || confidence.is_empty() {
             return drafted;
         }
         let alpha: Vec<f64> = confidence.iter().take(drafted).map(|&c| c.clamp(0.0, 1.0) as f64).collect();
-        best(cost, drafted, &alpha, DraftCost::Sunk(0.0))
+        best_overall(cost, drafted, &alpha, DraftCost::Sunk(0.0))
     }
+}
+
+/// The length with the best rate over all lengths up to `max`: the shortest
+/// within [`MIN_GAIN`] of the best. Lossless only where the confidences do
+/// not depend on random draws (free proposals); drafters that sample use
+/// [`best`].
+pub fn best_overall(cost: &CostModel, max: usize, alpha: &[f64], dc: DraftCost) -> usize {
+    let rates: Vec<f64> = (0..=max.min(alpha.len())).map(|k| cost.rate(k, alpha, dc)).collect();
+    let top = rates.iter().copied().fold(f64::MIN, f64::max);
+    rates.iter().position(|&r| r * (1.0 + MIN_GAIN) >= top).unwrap_or(0)
 }
 
 /// Greedy scan: extend k while the rate improves by more than [`MIN_GAIN`]
