@@ -41,6 +41,12 @@ const DECAY: f64 = 0.98;
 /// lookup that got this far is usually inside a repeat).
 const PRIOR_N: f64 = 2.0;
 
+/// Decay per verified free proposal of the recent predicted and observed
+/// acceptance behind [`HybridDrafter`]'s scale: about the last 20 proposals.
+const RECENT_DECAY: f64 = 0.95;
+/// Pseudo-count (in tokens) of the scale's prior of 1.
+const RECENT_N: f64 = 4.0;
+
 /// A free source's proposal: tokens, each with its calibration cell and
 /// optionally a prior acceptance.
 #[derive(Debug, Clone, Default)]
@@ -103,8 +109,16 @@ pub struct HybridDrafter {
     /// and accepted, per calibration cell.
     reached: Vec<f64>,
     hits: Vec<f64>,
-    /// The last free proposal.
+    /// The last free proposal and the confidences reported for it.
     draft: FreeDraft,
+    reported: Vec<f32>,
+    /// Decayed sums over recent verified free drafts (reached ones): the
+    /// confidences reported and the acceptances seen. Their ratio scales
+    /// what the cells say, so a generation whose text repeats less than the
+    /// cells learned elsewhere (a log after code edits) is priced by what
+    /// it shows now, within a few proposals.
+    recent_pred: f64,
+    recent_seen: f64,
     /// Proposals by source (for the name and tests).
     pub free_proposals: u64,
     pub model_proposals: u64,
@@ -121,6 +135,9 @@ impl HybridDrafter {
             reached: vec![0.0; n],
             hits: vec![0.0; n],
             draft: FreeDraft::default(),
+            reported: Vec::new(),
+            recent_pred: 0.0,
+            recent_seen: 0.0,
             free_proposals: 0,
             model_proposals: 0,
         }
@@ -128,14 +145,27 @@ impl HybridDrafter {
 
     /// Estimated acceptance of each token of `d`, given the ones before:
     /// the cell's decayed counts, shrunk towards the prior (the estimate of
-    /// the token before times the token's relative prior).
+    /// the token before times the token's relative prior), times the
+    /// recent scale.
     fn confidences<'a>(&'a self, d: &'a FreeDraft) -> impl Iterator<Item = f32> + 'a {
+        let scale = self.recent_scale();
+        self.cell_estimates(d).map(move |c| (c * scale).min(1.0) as f32)
+    }
+
+    /// What the cells say of each token of `d`, given the ones before.
+    fn cell_estimates<'a>(&'a self, d: &'a FreeDraft) -> impl Iterator<Item = f64> + 'a {
         d.keys.iter().zip(&d.priors).scan(1.0f64, move |before, (&k, &rel)| {
             let prior = *before * rel.clamp(0.0, 1.0) as f64;
             let k = k as usize;
             *before = (self.hits[k] + PRIOR_N * prior) / (self.reached[k] + PRIOR_N);
-            Some(*before as f32)
+            Some(*before)
         })
+    }
+
+    /// Recent acceptance seen over recent acceptance reported (1 until
+    /// there is evidence).
+    fn recent_scale(&self) -> f64 {
+        (self.recent_seen + RECENT_N) / (self.recent_pred + RECENT_N)
     }
 }
 
@@ -211,6 +241,8 @@ impl Drafter for HybridDrafter {
             }
             out.tokens.extend_from_slice(&d.tokens);
             out.confidence.extend(self.confidences(&d));
+            self.reported.clear();
+            self.reported.extend_from_slice(&out.confidence);
             self.last = Source::Free;
             self.free_proposals += 1;
         }
@@ -222,6 +254,14 @@ impl Drafter for HybridDrafter {
         let (proposed, accepted) = (cycle.plan.verify, cycle.verification.accepted);
         match std::mem::replace(&mut self.last, Source::None) {
             Source::Free => {
+                if proposed > 0 {
+                    self.recent_pred *= RECENT_DECAY;
+                    self.recent_seen *= RECENT_DECAY;
+                    // the drafts that were reached: all accepted ones and the first miss
+                    let reached = proposed.min(accepted + 1).min(self.reported.len());
+                    self.recent_pred += self.reported[..reached].iter().map(|&c| c as f64).sum::<f64>();
+                    self.recent_seen += accepted.min(reached) as f64;
+                }
                 for (i, &k) in self.draft.keys.iter().take(proposed).enumerate() {
                     self.reached[k as usize] += 1.0;
                     if i >= accepted {
@@ -336,7 +376,7 @@ mod tests {
     fn lookup_confidence(h: &HybridDrafter, m: usize, i: usize) -> f32 {
         let priors = (0..=i).map(|j| if j == 0 { 0.5 } else { 1.0 }).collect();
         let d = FreeDraft { tokens: vec![0; i + 1], keys: (0..=i).map(|j| (m * 6 + j) as u32).collect(), priors };
-        let c = h.confidences(&d).nth(i).unwrap();
+        let c = h.cell_estimates(&d).nth(i).unwrap() as f32;
         c
     }
 
@@ -366,6 +406,8 @@ mod tests {
         assert_eq!(out.confidence, vec![0.9]);
         h.feedback(&verified(1, 1));
         assert_eq!((h.free_proposals, h.model_proposals), (1, 1));
+        // 2 of the 3 reached drafts accepted at 0.5 reported: the scale rises
+        assert!(h.recent_scale() > 1.0);
     }
 }
 

@@ -325,7 +325,7 @@ impl FreeSource for SuffixDrafter {
 /// Is the local tree's root still the root (for tests of rebuilding)?
 #[cfg(test)]
 fn local_root_ok(d: &SuffixDrafter) -> bool {
-    d.local.nodes() >= 1 && d.local.best(ROOT).is_some() == !d.local_seq.is_empty()
+    d.local.nodes() >= 1 && d.local.best(ROOT).is_some() != d.local_seq.is_empty()
 }
 
 #[cfg(test)]
