@@ -186,10 +186,20 @@ fn suffix_output_equals_plain_and_the_cache_file_carries_over() {
     let f = file.to_str().unwrap();
     let base = ["-p", "Write a Python class for a stack with push, pop and peek.", "-n", "64", "--temp", "0"];
     let (plain, _) = run_ok(&base);
-    let head = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/support/smollm2-135m-instruct-mtp.gguf");
-    let mut with_head = base.to_vec();
-    with_head.extend(["--suffix", "--mtp", head, "--spec-require"]);
-    assert_eq!(run_ok(&with_head).0, plain);
+    // in front of each kind of model drafter: the MTP head, the DSpark
+    // drafter, and a draft model (the target itself)
+    let support = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/support/");
+    let (head, dspark) = (format!("{support}smollm2-135m-instruct-mtp.gguf"), format!("{support}smollm2-135m-instruct-dspark.gguf"));
+    let target = tandem_engine::fetch::resolve(None, false).unwrap();
+    let target = target.to_str().unwrap();
+    for drafter in [vec!["--mtp", head.as_str()], vec!["--mtp", dspark.as_str(), "--dspark"], vec!["--draft-model", target]] {
+        let mut args = base.to_vec();
+        args.extend(["--suffix", "--spec-require", "--spec-stats"]);
+        args.extend(drafter.iter());
+        let (out, err) = run_ok(&args);
+        assert_eq!(out, plain, "{drafter:?}");
+        assert!(err.contains("suffix(") && err.contains(" before "), "{drafter:?}: {err}");
+    }
     let mut args = base.to_vec();
     args.extend(["--suffix", "--suffix-cache", f, "--spec-stats"]);
     let accepted = |err: &str| -> u64 {

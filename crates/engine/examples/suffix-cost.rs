@@ -41,7 +41,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut text = Vec::new();
     for f in &files {
         text.extend(engine.tokenizer.encode(&std::fs::read_to_string(f).unwrap_or_default(), false));
-        if text.len() > 3 * SUFFIX_DEFAULT_CACHE_TOKENS {
+        // enough outputs (a fifth of the text) to fill the cache and evict from it
+        if text.len() > 8 * SUFFIX_DEFAULT_CACHE_TOKENS {
             break;
         }
     }

@@ -54,7 +54,7 @@ pub struct SuffixOptions {
 /// Default tree depth (longest substring counted).
 pub const DEFAULT_DEPTH: usize = 40;
 /// Default bound of the global cache, in tokens of stored outputs.
-pub const DEFAULT_CACHE_TOKENS: usize = 1 << 17;
+pub const DEFAULT_CACHE_TOKENS: usize = 1 << 15;
 /// Default proposal length.
 pub const DEFAULT_DRAFT: usize = 16;
 
