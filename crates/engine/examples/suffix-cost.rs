@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use tandem_engine::{Engine, SpecOptions, SUFFIX_DEFAULT_CACHE_TOKENS};
+use tandem_engine::{Engine, SUFFIX_DEFAULT_CACHE_TOKENS};
 use tandem_speculative::{FreeDraft, FreeSource, SuffixDrafter, SuffixOptions};
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -47,8 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let cache = engine.suffix_cache(None, SUFFIX_DEFAULT_CACHE_TOKENS)?;
-    let opts = SpecOptions { suffix: Some(cache.clone()), ..Default::default() };
-    let mut d = SuffixDrafter::new(opts.suffix.clone().unwrap(), SuffixOptions::default())?;
+    let mut d = SuffixDrafter::new(cache.clone(), SuffixOptions::default())?;
     println!(
         "{} tokens of {} ({} files), cache bound {} tokens, tree depth {}",
         text.len(),

@@ -479,6 +479,34 @@ impl Kv<'_, '_> {
     }
 }
 
+/// The sizes both attention passes work with.
+struct AttnShape {
+    /// Head size, key/value width and query width of a row.
+    hd: usize,
+    kvd: usize,
+    qd: usize,
+    /// Query heads per key/value head.
+    group: usize,
+    /// Score scale, 1/√head size.
+    scale: f32,
+    /// Query heads.
+    nh: usize,
+}
+
+impl AttnShape {
+    fn of(cfg: &Config) -> AttnShape {
+        let hd = cfg.head_dim;
+        AttnShape {
+            hd,
+            kvd: cfg.kv_dim(),
+            qd: cfg.q_dim(),
+            group: cfg.n_head / cfg.n_kv_head,
+            scale: 1.0 / (hd as f32).sqrt(),
+            nh: cfg.n_head,
+        }
+    }
+}
+
 /// Causal attention of `m` consecutive rows of one sequence, one head per
 /// unit of work: each block of cached keys (then values) of the head is read
 /// once from memory for all rows. At long contexts the cache is larger than
@@ -491,12 +519,7 @@ impl Kv<'_, '_> {
 /// (`axpy_rows` over consecutive blocks is the same sequence of FMAs as
 /// over the whole range).
 fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize, m: usize, q: &[f32], out: &mut [f32]) {
-    let hd = cfg.head_dim;
-    let kvd = cfg.kv_dim();
-    let qd = cfg.q_dim();
-    let group = cfg.n_head / cfg.n_kv_head;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let nh = cfg.n_head;
+    let AttnShape { hd, kvd, qd, group, scale, nh } = AttnShape::of(cfg);
     let base = cache.len();
     let (kc, vc) = cache.layer(layer);
     // scores of row i at sc[i * last ..][..base + i + 1]
@@ -558,12 +581,7 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
             return attention_rows(pool, cfg, cache, layer, m, q, out);
         }
     }
-    let hd = cfg.head_dim;
-    let kvd = cfg.kv_dim();
-    let qd = cfg.q_dim();
-    let group = cfg.n_head / cfg.n_kv_head;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let nh = cfg.n_head;
+    let AttnShape { hd, kvd, qd, group, scale, nh } = AttnShape::of(cfg);
     // unit u is head u / m of row u % m: head-major, so that a thread's units
     // share key/value heads across the rows of a verify batch and the cache
     // lines one row brings in serve the next from this core's cache
