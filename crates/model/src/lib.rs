@@ -23,7 +23,7 @@ pub use config::{Config, RopeStyle};
 pub use dspark::{DSparkConfig, DSparkModel, DSparkWeights};
 pub use error::ModelError;
 pub use kv::{KvCache, KvSnapshot};
-pub use llama::{ForwardOutput, HiddenTap, LogitRows, Model};
+pub use llama::{ForwardOutput, HiddenTap, LogitRows, Model, Segment, SegmentLogits};
 pub use mtp::MtpHead;
 pub use support::{SupportError, SupportKind, TargetId};
 pub use weights::WeightRef;

@@ -85,9 +85,10 @@ impl Layer {
         }
         match kv {
             Kv::One(cache) => cache.push_layer(li, &s.k[..m * kvd], &s.v[..m * kvd]),
-            Kv::Many(caches) => {
-                for (i, cache) in caches.iter_mut().enumerate() {
-                    cache.push_layer(li, &s.k[i * kvd..(i + 1) * kvd], &s.v[i * kvd..(i + 1) * kvd]);
+            Kv::Segs { caches, starts } => {
+                for (j, cache) in caches.iter_mut().enumerate() {
+                    let (a, b) = (starts[j] * kvd, starts[j + 1] * kvd);
+                    cache.push_layer(li, &s.k[a..b], &s.v[a..b]);
                 }
             }
         }
@@ -390,8 +391,7 @@ impl Model {
     }
 
     /// One decode step for each of several sequences at once: row i is
-    /// `tokens[i]` at position `caches[i].len()` of sequence i. The matmuls run
-    /// on all rows together; attention reads each row's own cache. Every row's
+    /// `tokens[i]` at position `caches[i].len()` of sequence i. Every row's
     /// logits (`out.rows` = all rows) and taps have the same bits as a
     /// one-token [`Model::forward`] on that sequence alone.
     pub fn forward_multi(
@@ -402,21 +402,58 @@ impl Model {
         taps: &[HiddenTap],
         out: &mut ForwardOutput,
     ) -> Result<(), ModelError> {
-        let cfg = &self.cfg;
-        let m = tokens.len();
-        if caches.len() != m {
-            return Err(ModelError::BadConfig(format!("forward_multi: {m} tokens for {} caches", caches.len())));
+        if caches.len() != tokens.len() {
+            return Err(ModelError::BadConfig(format!("forward_multi: {} tokens for {} caches", tokens.len(), caches.len())));
         }
-        for c in caches.iter() {
-            if c.len() + 1 > c.ctx() {
-                return Err(ModelError::ContextFull { have: c.len(), add: 1, ctx: c.ctx() });
+        let segs: Vec<Segment> = tokens.iter().map(|t| Segment { tokens: std::slice::from_ref(t), logits: SegmentLogits::All }).collect();
+        self.forward_batch(pool, caches, &segs, taps, out)
+    }
+
+    /// Several sequences in one forward: segment j is `segs[j].tokens` at
+    /// positions `caches[j].len()..` of sequence j (a decode row, the rows
+    /// of a speculative verify, or a chunk of a prompt). The matmuls run on
+    /// all rows together; attention reads each row's own cache. Rows are
+    /// numbered in segment order; `out.rows` lists those given logits (as
+    /// each segment asks) and every tap holds all rows. Each row's logits
+    /// and taps have the same bits as [`Model::forward`] of its segment on
+    /// that sequence alone.
+    pub fn forward_batch(
+        &self,
+        pool: &ThreadPool,
+        caches: &mut [&mut KvCache],
+        segs: &[Segment],
+        taps: &[HiddenTap],
+        out: &mut ForwardOutput,
+    ) -> Result<(), ModelError> {
+        let cfg = &self.cfg;
+        if caches.len() != segs.len() {
+            return Err(ModelError::BadConfig(format!("forward_batch: {} segments for {} caches", segs.len(), caches.len())));
+        }
+        let mut starts = Vec::with_capacity(segs.len() + 1);
+        starts.push(0);
+        let mut tokens = Vec::new();
+        let mut rows = Vec::new();
+        for (c, seg) in caches.iter().zip(segs) {
+            let n = seg.tokens.len();
+            if c.len() + n > c.ctx() {
+                return Err(ModelError::ContextFull { have: c.len(), add: n, ctx: c.ctx() });
             }
             if c.n_layer() != cfg.n_layer || c.kv_dim() != cfg.kv_dim() {
-                return Err(ModelError::BadConfig("forward_multi: a cache of another model".into()));
+                return Err(ModelError::BadConfig("forward_batch: a cache of another model".into()));
             }
+            let s0 = tokens.len();
+            match seg.logits {
+                SegmentLogits::None => {}
+                SegmentLogits::Last if n > 0 => rows.push(s0 + n - 1),
+                SegmentLogits::Last => {}
+                SegmentLogits::All => rows.extend(s0..s0 + n),
+            }
+            tokens.extend_from_slice(seg.tokens);
+            starts.push(tokens.len());
         }
-        self.check_inputs(tokens, taps)?;
-        out.rows = (0..m).collect();
+        let m = tokens.len();
+        self.check_inputs(&tokens, taps)?;
+        out.rows = rows;
         out.hidden.clear();
         out.hidden.resize(taps.len(), Vec::new());
         if m == 0 {
@@ -427,30 +464,62 @@ impl Model {
         let d = cfg.d_model;
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
-            self.embed_rows(tokens, s);
+            self.embed_rows(&tokens, s);
             let half = cfg.rope_dim / 2;
             s.cs.resize(m * half, (0.0, 0.0));
-            for (i, c) in caches.iter().enumerate() {
-                ops::rope_angles(c.len(), cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+            for (j, c) in caches.iter().enumerate() {
+                for i in starts[j]..starts[j + 1] {
+                    let pos = c.len() + i - starts[j];
+                    ops::rope_angles(pos, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+                }
             }
-            self.run_layers(pool, &mut Kv::Many(&mut *caches), m, taps, s, out);
-            for c in caches.iter_mut() {
-                c.commit(1);
+            self.run_layers(pool, &mut Kv::Segs { caches: &mut *caches, starts: &starts }, m, taps, s, out);
+            for (j, c) in caches.iter_mut().enumerate() {
+                c.commit(starts[j + 1] - starts[j]);
             }
+            let need_final = taps.contains(&HiddenTap::Final);
             let h = resize(&mut s.h, m * d);
             for i in 0..m {
-                self.final_norm(&s.x[i * d..(i + 1) * d], &mut h[i * d..(i + 1) * d]);
+                if need_final || out.rows.contains(&i) {
+                    self.final_norm(&s.x[i * d..(i + 1) * d], &mut h[i * d..(i + 1) * d]);
+                }
             }
             for (ti, tap) in taps.iter().enumerate() {
                 if *tap == HiddenTap::Final {
                     out.hidden[ti] = h.to_vec();
                 }
             }
-            out.logits.resize(m * cfg.vocab, 0.0);
-            matmul(pool, &self.output.view(g), &s.h[..m * d], m, &mut out.logits);
+            let nr = out.rows.len();
+            if nr > 0 {
+                let sel = resize(&mut s.o, nr * d);
+                for (j, &r) in out.rows.iter().enumerate() {
+                    sel[j * d..(j + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
+                }
+                out.logits.resize(nr * cfg.vocab, 0.0);
+                matmul(pool, &self.output.view(g), &s.o[..nr * d], nr, &mut out.logits);
+            } else {
+                out.logits.clear();
+            }
         });
         Ok(())
     }
+}
+
+/// Which rows of a segment of [`Model::forward_batch`] get logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentLogits {
+    None,
+    /// The segment's last row (a prompt chunk).
+    Last,
+    /// Every row (a decode row, a verify pass).
+    All,
+}
+
+/// One sequence's rows in a [`Model::forward_batch`].
+#[derive(Debug, Clone, Copy)]
+pub struct Segment<'a> {
+    pub tokens: &'a [u32],
+    pub logits: SegmentLogits,
 }
 
 fn rope(style: RopeStyle, x: &mut [f32], cs: &[(f32, f32)]) {
@@ -464,9 +533,9 @@ fn rope(style: RopeStyle, x: &mut [f32], cs: &[(f32, f32)]) {
 pub(crate) enum Kv<'a, 'b> {
     /// One sequence: the rows are consecutive positions `len..len+m`.
     One(&'a mut KvCache),
-    /// One decode row per sequence: row i is position `caches[i].len()` of
-    /// sequence i.
-    Many(&'a mut [&'b mut KvCache]),
+    /// Segments of several sequences: rows `starts[j]..starts[j + 1]` are
+    /// positions `caches[j].len()..` of sequence j.
+    Segs { caches: &'a mut [&'b mut KvCache], starts: &'a [usize] },
 }
 
 impl Kv<'_, '_> {
@@ -474,7 +543,10 @@ impl Kv<'_, '_> {
     fn row(&self, i: usize) -> (&KvCache, usize) {
         match self {
             Kv::One(c) => (&**c, c.len() + i),
-            Kv::Many(cs) => (&*cs[i], cs[i].len()),
+            Kv::Segs { caches, starts } => {
+                let j = starts.partition_point(|&s| s <= i) - 1;
+                (&*caches[j], caches[j].len() + i - starts[j])
+            }
         }
     }
 }

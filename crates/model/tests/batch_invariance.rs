@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
-use tandem_model::{ForwardOutput, HiddenTap, LogitRows, Model};
+use tandem_model::{ForwardOutput, HiddenTap, LogitRows, Model, Segment, SegmentLogits};
 
 fn model(ty: GgmlType, seed: u64, tied: bool) -> Model {
     let spec = SyntheticSpec { ty, seed, tied, ..Default::default() };
@@ -92,6 +92,58 @@ proptest! {
                     prop_assert_eq!(together[s].len(), c.len());
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    /// Segments of different sequences in one forward (what a server batch
+    /// holds: decode rows, speculative verify rows and a chunk of a prompt)
+    /// give every row the bits of that segment evaluated alone.
+    #[test]
+    fn segments_of_different_sequences_equal_their_own_forwards(ty_i in 0usize..TYPES.len(),
+                                                                lens in proptest::collection::vec(1usize..=12, 1..=5),
+                                                                prefix in 0usize..80, seed in 1u64..1000) {
+        let md = model(TYPES[ty_i], seed, seed % 3 == 0);
+        let vocab = md.cfg.vocab as u64;
+        let (d, v) = (md.cfg.d_model, md.cfg.vocab);
+        let taps = [HiddenTap::Layer(0), HiddenTap::Final];
+        let tok = |s: usize, i: usize| ((s as u64 * 104_729 + i as u64 * 7919 + seed * 31) % vocab) as u32;
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let mut out = ForwardOutput::default();
+            let mut alone: Vec<_> = (0..lens.len()).map(|s| {
+                let mut c = md.new_cache(256);
+                let p: Vec<u32> = (0..1 + (prefix + 13 * s) % 90).map(|i| tok(s, i)).collect();
+                md.forward(&pool, &mut c, &p, &LogitRows::None, &[], &mut out).unwrap();
+                c
+            }).collect();
+            let mut together = alone.clone();
+            let toks: Vec<Vec<u32>> = lens.iter().enumerate().map(|(s, &n)| (0..n).map(|i| tok(s, 500 + i)).collect()).collect();
+            // odd segments are prompt chunks (last row's logits only)
+            let kind = |s: usize| if s % 2 == 1 { SegmentLogits::Last } else { SegmentLogits::All };
+            let segs: Vec<Segment> = toks.iter().enumerate().map(|(s, t)| Segment { tokens: t, logits: kind(s) }).collect();
+            let mut refs: Vec<&mut tandem_model::KvCache> = together.iter_mut().collect();
+            md.forward_batch(&pool, &mut refs, &segs, &taps, &mut out).unwrap();
+            let mut one = ForwardOutput::default();
+            let (mut row, mut lrow) = (0, 0);
+            for (s, c) in alone.iter_mut().enumerate() {
+                let rows = if kind(s) == SegmentLogits::All { LogitRows::All } else { LogitRows::Last };
+                md.forward(&pool, c, &toks[s], &rows, &taps, &mut one).unwrap();
+                for r in 0..one.rows.len() {
+                    prop_assert_eq!(out.rows[lrow], row + one.rows[r]);
+                    prop_assert_eq!(bits(&out.logits[lrow * v..(lrow + 1) * v]), bits(one.logits_row(r)), "seq {} row {} threads {}", s, r, threads);
+                    lrow += 1;
+                }
+                for t in 0..taps.len() {
+                    let n = toks[s].len();
+                    prop_assert_eq!(bits(&out.hidden[t][row * d..(row + n) * d]), bits(&one.hidden[t]), "tap {} seq {}", t, s);
+                }
+                prop_assert_eq!(together[s].len(), c.len());
+                row += toks[s].len();
+            }
+            prop_assert_eq!(lrow, out.rows.len());
         }
     }
 }
