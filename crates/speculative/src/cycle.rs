@@ -51,6 +51,24 @@ pub struct Verification {
     pub next: u32,
 }
 
+/// The rest of a batched forward that a cycle's verify rows join: the
+/// rows of other sequences (decode, verify and prompt rows) and the tokens
+/// the other sequences are expected to commit with it. The scheduler
+/// prices a cycle as its share of that forward, so drafting backs off as
+/// the batch fills. Zero when the sequence runs alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchLoad {
+    pub rows: usize,
+    pub tokens: f64,
+}
+
+impl BatchLoad {
+    /// No other sequence in the forward.
+    pub fn is_alone(&self) -> bool {
+        self.rows == 0
+    }
+}
+
 /// A free proposal as the plan saw it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FreeOffer {
@@ -93,8 +111,11 @@ pub struct CycleRecord {
     #[serde(default, skip_serializing_if = "is_false")]
     pub draft_priced: bool,
     pub verification: Verification,
-    /// Seconds of the verify forward.
+    /// Seconds of the verify forward (of the whole batch, when it ran in one).
     pub verify_secs: f64,
+    /// The other sequences' part of the forward (none when alone).
+    #[serde(default, skip_serializing_if = "BatchLoad::is_alone")]
+    pub load: BatchLoad,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -216,6 +237,7 @@ mod tests {
             draft_priced: true,
             verification: Verification { accepted: 1, committed: 2, next: 9 },
             verify_secs: 2.0 / 3.0 * 1e-3,
+            load: BatchLoad { rows: 7, tokens: 7.5 },
         };
         let line = serde_json::to_string(&rec).unwrap();
         let back = read_records(&format!("{line}\n\n{line}\n")).unwrap();

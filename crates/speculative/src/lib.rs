@@ -31,7 +31,7 @@ pub mod stats;
 pub mod suffix;
 pub mod verify;
 
-pub use cycle::{Ask, CyclePlan, CycleRecord, FreeOffer, SpecLog, Verification};
+pub use cycle::{Ask, BatchLoad, CyclePlan, CycleRecord, FreeOffer, SpecLog, Verification};
 pub use decoder::{Decoder, PlainDecoder, Step, Target};
 pub use draft_model::DraftModel;
 pub use drafter::{Drafter, Proposal};
@@ -40,7 +40,7 @@ pub use hybrid::{FreeDraft, FreeSource, HybridDrafter};
 pub use mtp::MtpDrafter;
 pub use ngram::NgramDrafter;
 pub use scheduler::{Budget, Calibration, CostModel, Policy, Scheduler, SchedulerConfig};
-pub use speculator::{Setting, SpecConfig, SpecError, Speculator};
+pub use speculator::{PendingCycle, Prepared, Setting, SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;
 pub use suffix::{SuffixCache, SuffixCacheError, SuffixDrafter, SuffixOptions, VocabId};
 

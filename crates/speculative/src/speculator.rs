@@ -5,7 +5,7 @@ use std::time::Instant;
 use tandem_kernels::ThreadPool;
 use tandem_model::{ForwardOutput, KvCache, LogitRows, Model, ModelError};
 
-use crate::cycle::{CycleRecord, FreeOffer, SpecLog, Verification};
+use crate::cycle::{BatchLoad, CycleRecord, FreeOffer, SpecLog, Verification};
 use crate::decoder::Step;
 use crate::drafter::{Drafter, Proposal};
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -95,6 +95,27 @@ impl Default for SpecConfig {
     fn default() -> Self {
         SpecConfig { max_draft: 8, scheduler: SchedulerConfig::default(), opportunistic: false, log: None }
     }
+}
+
+/// A cycle drafted and planned ([`Speculator::prepare`]), waiting for the
+/// target to evaluate its tokens.
+#[derive(Debug, Clone)]
+pub struct PendingCycle {
+    /// The rows to evaluate: the anchor, then the drafts to verify.
+    pub tokens: Vec<u32>,
+    /// Committed length before the cycle.
+    base: usize,
+    /// The record so far (inputs and decisions).
+    rec: CycleRecord,
+}
+
+/// What [`Speculator::prepare`] decided.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// The generation ends with this step's token: nothing to evaluate.
+    Stopped(Step),
+    /// Evaluate the cycle's tokens, then finish it.
+    Verify(PendingCycle),
 }
 
 /// Drafter + scheduler + statistics, and the target token chosen at the end of
@@ -244,17 +265,46 @@ impl Speculator {
         remaining: usize,
         is_eog: &dyn Fn(u32) -> bool,
     ) -> Result<Step, SpecError> {
+        let p = match self.prepare(model, pool, cache, history, logits, sampler, remaining, is_eog, BatchLoad::default())? {
+            Prepared::Stopped(step) => return Ok(step),
+            Prepared::Verify(p) => p,
+        };
+        let t1 = Instant::now();
+        model.forward(pool, cache, &p.tokens, &LogitRows::All, &self.taps, &mut self.out)?;
+        let verify_secs = t1.elapsed().as_secs_f64();
+        self.finish(p, model.cfg.d_model, verify_secs, cache, history, logits, sampler, is_eog)
+    }
+
+    /// The first half of a cycle: choose the anchor, draft and plan. The
+    /// caller evaluates [`PendingCycle::tokens`] on `cache` (alone, or as one
+    /// segment of a batch of several sequences, whose other rows and tokens
+    /// `load` describes to the scheduler), then calls
+    /// [`finish`](Self::finish) or [`finish_from`](Self::finish_from).
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare(
+        &mut self,
+        model: &Model,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        history: &[u32],
+        logits: &[f32],
+        sampler: &mut Sampler,
+        remaining: usize,
+        is_eog: &dyn Fn(u32) -> bool,
+        load: BatchLoad,
+    ) -> Result<Prepared, SpecError> {
         let t = match self.pending.take() {
             Some(t) => t,
             None => sampler.sample(logits),
         };
         if is_eog(t) || remaining <= 1 || cache.len() + 1 > cache.ctx() {
-            return Ok(Step { emitted: vec![t], stopped: true, cycle: None });
+            return Ok(Prepared::Stopped(Step { emitted: vec![t], stopped: true, cycle: None }));
         }
         let mut profile = Vec::new();
         if self.cfg.scheduler.adaptive && !self.sched.has_profile() {
             profile = self.profile(model, pool, cache, t)?;
         }
+        self.sched.set_load(load);
         let room = (remaining - 1).min(cache.ctx() - cache.len() - 1).min(self.cfg.max_draft).min(self.drafter.max_draft());
 
         // the proposal: a free one (lookup) and, if the plan asks, the drafter's
@@ -305,52 +355,101 @@ impl Speculator {
         }
         let drafted = self.draft.tokens.clone();
 
-        // the plan, and the verify forward over [t, d1..dk]
+        // the plan: the verify forward goes over [t, d1..dk]
         let plan = self.sched.plan(ask, drafted.len(), &self.draft.confidence);
-        let k = plan.verify;
-        self.draft.truncate(k);
-        let base = cache.len();
-        let mut toks = Vec::with_capacity(k + 1);
-        toks.push(t);
-        toks.extend_from_slice(&self.draft.tokens);
-        let t1 = Instant::now();
-        model.forward(pool, cache, &toks, &LogitRows::All, &self.taps, &mut self.out)?;
-        let verify_secs = t1.elapsed().as_secs_f64();
-        let verification = self.verify(k, sampler, is_eog);
+        self.draft.truncate(plan.verify);
+        let mut tokens = Vec::with_capacity(plan.verify + 1);
+        tokens.push(t);
+        tokens.extend_from_slice(&self.draft.tokens);
+        Ok(Prepared::Verify(PendingCycle {
+            tokens,
+            base: cache.len(),
+            rec: CycleRecord {
+                anchor: t,
+                profile,
+                free_offer,
+                plan,
+                drafted,
+                confidence,
+                head,
+                draft_secs,
+                draft_priced,
+                load,
+                ..Default::default()
+            },
+        }))
+    }
 
-        // commit
+    /// [`finish`](Self::finish) after a batched forward: this cycle's rows
+    /// are rows `row..row + n` of `out` (n = `p.tokens.len()`, all with
+    /// logits, the first of them logits row `logit_row`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_from(
+        &mut self,
+        p: PendingCycle,
+        out: &ForwardOutput,
+        row: usize,
+        logit_row: usize,
+        d_model: usize,
+        verify_secs: f64,
+        cache: &mut KvCache,
+        history: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+        sampler: &mut Sampler,
+        is_eog: &dyn Fn(u32) -> bool,
+    ) -> Result<Step, SpecError> {
+        let n = p.tokens.len();
+        let v = out.logits.len() / out.rows.len().max(1);
+        let own = &mut self.out;
+        own.rows.clear();
+        own.rows.extend(0..n);
+        own.logits.clear();
+        own.logits.extend_from_slice(&out.logits[logit_row * v..(logit_row + n) * v]);
+        own.hidden.resize(out.hidden.len(), Vec::new());
+        for (dst, src) in own.hidden.iter_mut().zip(&out.hidden) {
+            dst.clear();
+            dst.extend_from_slice(&src[row * d_model..(row + n) * d_model]);
+        }
+        self.finish(p, d_model, verify_secs, cache, history, logits, sampler, is_eog)
+    }
+
+    /// The second half of a cycle, once the verify rows are in the
+    /// speculator's output: accept, commit (the cache is truncated to the
+    /// committed tokens) and learn.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish(
+        &mut self,
+        p: PendingCycle,
+        d_model: usize,
+        verify_secs: f64,
+        cache: &mut KvCache,
+        history: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+        sampler: &mut Sampler,
+        is_eog: &dyn Fn(u32) -> bool,
+    ) -> Result<Step, SpecError> {
+        let PendingCycle { tokens, base, mut rec } = p;
+        let k = rec.plan.verify;
+        let verification = self.verify(k, sampler, is_eog);
         let a = verification.committed - 1;
         cache.truncate(base + 1 + a);
-        history.push(t);
-        history.extend_from_slice(&self.draft.tokens[..a]);
+        history.extend_from_slice(&tokens[..a + 1]);
         logits.clear();
         logits.extend_from_slice(self.out.logits_row(a));
         self.pending = Some(verification.next);
         self.drafter.sync(history)?;
         if !self.taps.is_empty() {
             // hidden rows of the committed positions base..=base+a
-            let d = model.cfg.d_model;
-            let slices: Vec<&[f32]> = self.out.hidden.iter().map(|h| &h[..(a + 1) * d]).collect();
+            let slices: Vec<&[f32]> = self.out.hidden.iter().map(|h| &h[..(a + 1) * d_model]).collect();
             self.drafter.observe(base, a + 1, &slices);
             self.observed = base + a + 1;
         }
 
         self.cycles += 1;
-        let rec = CycleRecord {
-            cycle: self.cycles,
-            pos: base,
-            anchor: t,
-            profile,
-            free_offer,
-            plan,
-            drafted,
-            confidence,
-            head,
-            draft_secs,
-            draft_priced,
-            verification,
-            verify_secs,
-        };
+        rec.cycle = self.cycles;
+        rec.pos = base;
+        rec.verification = verification;
+        rec.verify_secs = verify_secs;
         self.drafter.feedback(&rec);
         self.sched.observe_cycle(&rec);
         self.stats.record(&rec);

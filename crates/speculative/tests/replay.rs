@@ -36,6 +36,7 @@ fn replay_cycle(s: &mut Scheduler, rec: &CycleRecord, at: &str) {
     for &(w, secs) in &rec.profile {
         s.observe_verify(w, secs);
     }
+    s.set_load(rec.load);
     let free = rec.free_offer.as_ref().map(|f| (f.tokens, &f.confidence[..]));
     let ask = s.ask(rec.plan.ask.offered, free);
     assert_eq!(ask, rec.plan.ask, "{at}: what to ask for");

@@ -8,6 +8,8 @@
 //! host whose speed drifts, absolute costs of rarely used widths went stale
 //! and priced them out for good.
 
+use crate::cycle::BatchLoad;
+
 /// At least one plain step in this many cycles, so the one-row cost that
 /// every rate is compared with stays measured: a start-up profile that
 /// caught the machine slow would otherwise price drafting as always
@@ -50,6 +52,10 @@ pub struct CostModel {
     fixed_draft: bool,
     /// Cycles since a one-row forward was last measured.
     one_row_age: usize,
+    /// Widest forward of the sequence's own rows.
+    own_width: usize,
+    /// The rest of the batch the next verify joins.
+    load: BatchLoad,
 }
 
 impl CostModel {
@@ -63,7 +69,21 @@ impl CostModel {
             draft_cost: 0.0,
             fixed_draft: false,
             one_row_age: 0,
+            own_width: max_width,
+            load: BatchLoad::default(),
         }
+    }
+
+    /// The rest of the batch the next cycle's verify rows join: rates count
+    /// its tokens and price the whole forward. Widths up to the batch's are
+    /// learned from then on.
+    pub fn set_load(&mut self, load: BatchLoad) {
+        let need = load.rows + self.own_width + 1;
+        if self.relative.len() < need {
+            self.relative.resize(need, 0.0);
+            self.measured.resize(need, false);
+        }
+        self.load = load;
     }
 
     /// Whether a one-row forward has been measured (the start-up profile ran).
@@ -186,7 +206,9 @@ impl CostModel {
     }
 
     /// Expected committed tokens per second with k drafts and the given
-    /// conditional acceptance probabilities.
+    /// conditional acceptance probabilities: of the whole forward, when the
+    /// verify rows join a batch of other sequences (their expected tokens
+    /// over the batch's cost).
     pub fn rate(&self, k: usize, alpha: &[f64], cost: DraftCost) -> f64 {
         let e = expected_tokens(&alpha[..k.min(alpha.len())]);
         let draft = match cost {
@@ -200,7 +222,7 @@ impl CostModel {
             DraftCost::Ahead => self.draft_cost * k as f64,
             DraftCost::Sunk(secs) => secs,
         };
-        e / (draft + self.verify_cost(k + 1))
+        (self.load.tokens + e) / (draft + self.verify_cost(self.load.rows + k + 1))
     }
 
     /// The estimated cost of a proposal of `drafted` tokens once made.
@@ -322,5 +344,22 @@ mod tests {
     fn expected_tokens_of_a_chain() {
         assert_eq!(expected_tokens(&[]), 1.0);
         assert!((expected_tokens(&[0.5, 0.5]) - 1.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn drafting_that_pays_alone_does_not_pay_in_a_full_batch() {
+        // each row costs a tenth of a one-row forward on top of it
+        let mut c = CostModel::new(9, 0.1);
+        for w in [1, 2, 4, 8, 16, 24] {
+            c.set_load(BatchLoad { rows: w.max(8) - 8, tokens: 0.0 });
+            c.observe_verify(w, 1.0 + 0.1 * (w - 1) as f64);
+        }
+        let alpha = [0.7; 8];
+        c.set_load(BatchLoad::default());
+        assert!(c.rate(4, &alpha, DraftCost::Ahead) > 1.5 * c.rate(0, &alpha, DraftCost::Ahead));
+        // beside 8 other rows that commit 8 tokens, 4 drafts cost more than they bring
+        c.set_load(BatchLoad { rows: 8, tokens: 8.0 });
+        assert!(c.rate(4, &alpha, DraftCost::Ahead) < c.rate(0, &alpha, DraftCost::Ahead));
+        assert!((c.verify_cost(12) - 2.1).abs() < 1e-9, "{}", c.verify_cost(12));
     }
 }

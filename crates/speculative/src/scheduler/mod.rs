@@ -74,6 +74,12 @@ impl Scheduler {
         self.cost.observe_verify(width, secs);
     }
 
+    /// The rest of the batch the next cycle's verify rows join (see
+    /// [`BatchLoad`](crate::cycle::BatchLoad)); the default when alone.
+    pub fn set_load(&mut self, load: crate::cycle::BatchLoad) {
+        self.cost.set_load(load);
+    }
+
     /// Price drafts per proposal instead of per token (block drafters).
     pub fn set_fixed_draft_cost(&mut self, fixed: bool) {
         self.cost.set_fixed_draft(fixed);
@@ -188,7 +194,7 @@ impl Scheduler {
         if k < rec.drafted.len() && !free && !conf.is_empty() {
             self.observe_unverified(k, conf);
         }
-        self.observe_verify(k + 1, rec.verify_secs);
+        self.observe_verify(rec.load.rows + k + 1, rec.verify_secs);
         // the estimates describe the drafter they price; a free proposal's
         // confidences are already measured acceptance
         if k > 0 && !free {
