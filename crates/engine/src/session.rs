@@ -179,7 +179,7 @@ pub struct Session {
     pub tokens: Vec<u32>,
     out: ForwardOutput,
     /// Logits after the last token in `tokens`.
-    logits: Vec<f32>,
+    pub(crate) logits: Vec<f32>,
 }
 
 /// A saved session state: the cache rows, the tokens they hold and the

@@ -94,6 +94,32 @@ impl KvCache {
         self.v.clone_from(&s.v);
     }
 
+    /// Hold the first `n` positions of `src` (a cache of the same shape),
+    /// in place of what this cache held: a prompt prefix evaluated by
+    /// another sequence, reused bit for bit.
+    pub fn copy_prefix_from(&mut self, src: &KvCache, n: usize) {
+        let n = n.min(src.len).min(self.ctx);
+        assert!(src.n_layer == self.n_layer && src.kv_dim == self.kv_dim, "copy_prefix_from: a cache of another shape");
+        for l in 0..self.n_layer {
+            for (dst, from) in [(&mut self.k[l], &src.k[l]), (&mut self.v[l], &src.v[l])] {
+                dst.clear();
+                if dst.capacity() < self.ctx * self.kv_dim {
+                    dst.reserve_exact(self.ctx * self.kv_dim);
+                }
+                dst.extend_from_slice(&from[..n * self.kv_dim]);
+            }
+        }
+        self.len = n;
+    }
+
+    /// A copy of the first `n` positions (a kept prompt prefix; it holds
+    /// just those rows).
+    pub fn prefix(&self, n: usize) -> KvCache {
+        let n = n.min(self.len);
+        let rows = |v: &Vec<Vec<f32>>| v.iter().map(|r| r[..n * self.kv_dim].to_vec()).collect();
+        KvCache { n_layer: self.n_layer, kv_dim: self.kv_dim, ctx: self.ctx, len: n, k: rows(&self.k), v: rows(&self.v) }
+    }
+
     /// Append K and V rows of one layer for `m` new positions (called once per
     /// layer during a forward pass; `commit` then advances the length).
     pub(crate) fn push_layer(&mut self, layer: usize, k: &[f32], v: &[f32]) {

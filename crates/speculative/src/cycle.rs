@@ -116,6 +116,14 @@ pub struct CycleRecord {
     /// The other sequences' part of the forward (none when alone).
     #[serde(default, skip_serializing_if = "BatchLoad::is_alone")]
     pub load: BatchLoad,
+    /// Rows of the whole forward the verify ran in, when it ran beside
+    /// other sequences (0: alone, `plan.verify + 1` rows).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forward_rows: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn is_false(b: &bool) -> bool {
@@ -238,6 +246,7 @@ mod tests {
             verification: Verification { accepted: 1, committed: 2, next: 9 },
             verify_secs: 2.0 / 3.0 * 1e-3,
             load: BatchLoad { rows: 7, tokens: 7.5 },
+            forward_rows: 9,
         };
         let line = serde_json::to_string(&rec).unwrap();
         let back = read_records(&format!("{line}\n\n{line}\n")).unwrap();

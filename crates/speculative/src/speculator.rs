@@ -380,9 +380,10 @@ impl Speculator {
         }))
     }
 
-    /// [`finish`](Self::finish) after a batched forward: this cycle's rows
-    /// are rows `row..row + n` of `out` (n = `p.tokens.len()`, all with
-    /// logits, the first of them logits row `logit_row`).
+    /// [`finish`](Self::finish) after a batched forward of `out.rows`-many
+    /// rows in all: this cycle's rows are rows `row..row + n` of `out`
+    /// (n = `p.tokens.len()`, all with logits, the first of them logits row
+    /// `logit_row`); the forward had `forward_rows` rows in all.
     #[allow(clippy::too_many_arguments)]
     pub fn finish_from(
         &mut self,
@@ -390,6 +391,7 @@ impl Speculator {
         out: &ForwardOutput,
         row: usize,
         logit_row: usize,
+        forward_rows: usize,
         d_model: usize,
         verify_secs: f64,
         cache: &mut KvCache,
@@ -410,6 +412,8 @@ impl Speculator {
             dst.clear();
             dst.extend_from_slice(&src[row * d_model..(row + n) * d_model]);
         }
+        let mut p = p;
+        p.rec.forward_rows = forward_rows;
         self.finish(p, d_model, verify_secs, cache, history, logits, sampler, is_eog)
     }
 

@@ -194,7 +194,8 @@ impl Scheduler {
         if k < rec.drafted.len() && !free && !conf.is_empty() {
             self.observe_unverified(k, conf);
         }
-        self.observe_verify(rec.load.rows + k + 1, rec.verify_secs);
+        let width = if rec.forward_rows > 0 { rec.forward_rows } else { k + 1 };
+        self.observe_verify(width, rec.verify_secs);
         // the estimates describe the drafter they price; a free proposal's
         // confidences are already measured acceptance
         if k > 0 && !free {
