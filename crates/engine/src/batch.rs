@@ -66,7 +66,7 @@ pub enum SlotEvent<'a> {
     /// callback returns false to end the generation (cancelled).
     Token { id: u32, text: &'a str, row: &'a [f32] },
     /// The generation ended; the slot is free.
-    Done(GenStats),
+    Done(Box<GenStats>),
     /// The generation failed; the slot is free (and emptied).
     Failed(EngineError),
 }
@@ -142,7 +142,7 @@ enum Work {
     /// A plain decoder's token, emitted, to evaluate.
     Plain(u32),
     /// A speculative cycle to verify, and the logits its anchor came from.
-    Spec(PendingCycle, Option<Vec<f32>>),
+    Spec(Box<PendingCycle>, Option<Vec<f32>>),
     /// Prompt tokens `from..from + n`.
     Prefill { from: usize, n: usize },
 }
@@ -510,7 +510,7 @@ impl Batch {
                 }
                 Work::Spec(p, entry) => {
                     let sp = slot.spec.as_mut().expect("speculating");
-                    let r = sp.finish_from(p, &self.out, row, lrow, rows, d, secs, &mut s.cache, &mut s.tokens, &mut s.logits, &mut q.sampler, &is_eog);
+                    let r = sp.finish_from(*p, &self.out, row, lrow, rows, d, secs, &mut s.cache, &mut s.tokens, &mut s.logits, &mut q.sampler, &is_eog);
                     match r {
                         Ok(step) => {
                             if let (Some(st), Some(rec)) = (&mut q.stats.spec, &step.cycle) {
@@ -583,7 +583,7 @@ impl Batch {
         self.clock += 1;
         slot.used = self.clock;
         // a prompt cut short leaves its evaluated part, which is still exact
-        on_event(i, SlotEvent::Done(q.stats));
+        on_event(i, SlotEvent::Done(Box::new(q.stats)));
     }
 
     /// The generation in slot `i` failed: its state may be inconsistent, so

@@ -73,7 +73,7 @@ fn batched(engine: &Arc<Engine>, slots: usize, chunk: usize, spec: &SpecOptions,
                         s.rows.push(row.iter().map(|x| x.to_bits()).collect());
                     }
                 }
-                SlotEvent::Done(st) => s.done = Some(st),
+                SlotEvent::Done(st) => s.done = Some(*st),
                 SlotEvent::Failed(e) => panic!("request failed: {e}"),
             }
             true
@@ -147,7 +147,7 @@ fn a_shared_prompt_prefix_is_evaluated_once_and_the_budget_holds() {
             batch.step(&mut |_, ev| {
                 match ev {
                     SlotEvent::Token { id, .. } if id != u32::MAX => ids.push(id),
-                    SlotEvent::Done(s) => st = Some(s),
+                    SlotEvent::Done(s) => st = Some(*s),
                     _ => {}
                 }
                 true
@@ -165,7 +165,7 @@ fn a_shared_prompt_prefix_is_evaluated_once_and_the_budget_holds() {
     assert_eq!(ib, alone(&engine, &b, &params, &SpecOptions::default()).0);
     assert_eq!(ia, alone(&engine, &a, &params, &SpecOptions::default()).0);
     // a third prompt elsewhere moves the slot on; the first prompt is kept and comes back
-    let other = engine.tokenize_prompt(&engine.render_chat(&[ChatMessage::new("user", &"Something else entirely. ".repeat(20))]).unwrap());
+    let other = engine.tokenize_prompt(&engine.render_chat(&[ChatMessage::new("user", "Something else entirely. ".repeat(20))]).unwrap());
     run(&mut batch, &other);
     run(&mut batch, &other);
     let (ia2, sa2) = run(&mut batch, &a);

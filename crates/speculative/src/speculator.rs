@@ -115,7 +115,7 @@ pub enum Prepared {
     /// The generation ends with this step's token: nothing to evaluate.
     Stopped(Step),
     /// Evaluate the cycle's tokens, then finish it.
-    Verify(PendingCycle),
+    Verify(Box<PendingCycle>),
 }
 
 /// Drafter + scheduler + statistics, and the target token chosen at the end of
@@ -272,7 +272,7 @@ impl Speculator {
         let t1 = Instant::now();
         model.forward(pool, cache, &p.tokens, &LogitRows::All, &self.taps, &mut self.out)?;
         let verify_secs = t1.elapsed().as_secs_f64();
-        self.finish(p, model.cfg.d_model, verify_secs, cache, history, logits, sampler, is_eog)
+        self.finish(*p, model.cfg.d_model, verify_secs, cache, history, logits, sampler, is_eog)
     }
 
     /// The first half of a cycle: choose the anchor, draft and plan. The
@@ -361,7 +361,7 @@ impl Speculator {
         let mut tokens = Vec::with_capacity(plan.verify + 1);
         tokens.push(t);
         tokens.extend_from_slice(&self.draft.tokens);
-        Ok(Prepared::Verify(PendingCycle {
+        Ok(Prepared::Verify(Box::new(PendingCycle {
             tokens,
             base: cache.len(),
             rec: CycleRecord {
@@ -377,7 +377,7 @@ impl Speculator {
                 load,
                 ..Default::default()
             },
-        }))
+        })))
     }
 
     /// [`finish`](Self::finish) after a batched forward of `out.rows`-many
