@@ -223,6 +223,129 @@ def test_api_key():
     assert chat(s.client("k-123"), max_tokens=2).choices[0].message.content is not None
 
 
+
+# --- many clients at once (continuous batching) -------------------------------
+
+PROMPTS = [
+    "List the planets of the solar system, one per line.",
+    "Write a haiku about the sea.",
+    "Explain what a hash map is in two sentences.",
+    "Give three tips for writing clear emails.",
+    "What is the boiling point of water at sea level?",
+    "Write a Python function that reverses a string.",
+    "Name five animals that live in the desert.",
+    "Describe the color blue to someone who cannot see.",
+]
+
+
+def _request(j, spec):
+    """Request j of 16: its prompt, length, streaming and stop strings vary."""
+    kw = dict(messages=[{"role": "user", "content": PROMPTS[j % len(PROMPTS)]}], max_tokens=16 + 9 * (j % 5))
+    if j % 3 == 0:
+        kw["stop"] = ["\n\n", "sea"]
+    return dict(kw, stream=(j % 2 == 1))
+
+
+def _run(c, kw):
+    kw = dict(kw)
+    stream = kw.pop("stream")
+    if not stream:
+        r = chat(c, **kw)
+        return r.choices[0].message.content, r.choices[0].finish_reason
+    text, finish = "", None
+    for ch in chat(c, stream=True, **kw):
+        if ch.choices:
+            text += ch.choices[0].delta.content or ""
+            finish = ch.choices[0].finish_reason or finish
+    return text, finish
+
+
+def _metric(s, name):
+    import urllib.request
+    body = urllib.request.urlopen(s.url[: -len("/v1")] + "/metrics", timeout=30).read().decode()
+    for line in body.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            if name + " " in line or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1]) if line.startswith(name + " ") else line
+    return None
+
+
+def _outcome(s, outcome):
+    import urllib.request
+    body = urllib.request.urlopen(s.url[: -len("/v1")] + "/metrics", timeout=30).read().decode()
+    m = re.search(r'tandem_generations_total\{outcome="%s"\} (\d+)' % outcome, body)
+    return int(m.group(1))
+
+
+def _concurrent_equals_lone(*extra):
+    s = server("--parallel", "8", *extra)
+    c = s.client()
+    reqs = [_request(j, extra) for j in range(16)]
+    lone = [_run(c, kw) for kw in reqs]
+    got = [None] * 16
+
+    def go(j):
+        got[j] = _run(c, reqs[j])
+
+    threads = [threading.Thread(target=go, args=(j,)) for j in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    for j in range(16):
+        assert got[j] == lone[j], (j, reqs[j], got[j], lone[j])
+    steps, seqs = _metric(s, "tandem_batch_steps_total"), _metric(s, "tandem_batch_sequences_total")
+    assert seqs > steps, "requests never shared a forward"
+    assert _metric(s, "tandem_requests_running") == 0
+
+
+def test_parallel_8_sixteen_concurrent_requests_equal_lone_ones():
+    _concurrent_equals_lone()
+
+
+def test_parallel_8_sixteen_concurrent_speculative_requests_equal_lone_ones():
+    _concurrent_equals_lone("--suffix")
+    _concurrent_equals_lone("--lookup")
+
+
+def test_parallel_8_cancelling_half_mid_stream_leaves_the_others_unchanged():
+    s = server("--parallel", "8")
+    c = s.client()
+    kws = [dict(messages=[{"role": "user", "content": PROMPTS[j % len(PROMPTS)]}], max_tokens=60) for j in range(16)]
+    lone = [_run(c, dict(kw, stream=True)) for kw in kws[1::2]]
+    cancelled_before = _outcome(s, "cancelled")
+    got = [None] * 16
+
+    def go(j):
+        if j % 2 == 0:
+            # read a few chunks, then go away
+            stream = chat(c, stream=True, **kws[j])
+            n = 0
+            for ch in stream:
+                n += 1
+                if n >= 3:
+                    break
+            stream.close()
+            got[j] = "gone"
+        else:
+            got[j] = _run(c, dict(kws[j], stream=True))
+
+    threads = [threading.Thread(target=go, args=(j,)) for j in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    for k, j in enumerate(range(1, 16, 2)):
+        assert got[j] == lone[k], (j, got[j], lone[k])
+    deadline = time.time() + 30
+    while time.time() < deadline and (_metric(s, "tandem_requests_running") != 0 or _outcome(s, "cancelled") < cancelled_before + 8):
+        time.sleep(0.2)
+    assert _metric(s, "tandem_requests_running") == 0, "slots still busy"
+    assert _outcome(s, "cancelled") >= cancelled_before + 8
+    # the freed slots serve again
+    assert _run(c, dict(kws[1], stream=False)) == (lone[0][0], lone[0][1])
+
+
 def main():
     tests = [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_") and callable(v)]
     passed = failed = 0

@@ -544,9 +544,22 @@ pub struct ServeArgs {
     /// Model name listed by /v1/models and echoed in responses (default: the file's stem).
     #[arg(long)]
     pub alias: Option<String>,
-    /// Requests that may wait for the engine beyond the one running; more get 503.
+    /// Requests that may wait for a slot beyond those running; more get 503.
     #[arg(long, default_value_t = 16)]
     pub max_queue: usize,
+    /// Requests decoded together, each in its own slot with its own KV cache
+    /// (default: what the K/V budget allows at the context size, at most 8).
+    #[arg(long, short = 'P', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub parallel: Option<u32>,
+    /// Prompt tokens evaluated per step while other requests decode (a long
+    /// prompt is evaluated in chunks between their steps).
+    #[arg(long, value_name = "N", default_value_t = tandem_engine::batch::DEFAULT_PREFILL_CHUNK as u32,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub prefill_chunk: u32,
+    /// Memory for K/V rows, of the slots and of kept prompt prefixes, e.g.
+    /// 2G or 512M (default: a quarter of the memory available at start).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub kv_budget: Option<u64>,
     /// Largest accepted request body; larger ones get 413.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body_bytes: usize,
@@ -567,4 +580,28 @@ pub struct ServeArgs {
     pub shutdown_timeout: f64,
     #[command(flatten)]
     pub spec: SpecArgs,
+}
+
+/// A size in bytes: a number with an optional K, M, G or T suffix (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                'B' => 1,
+                _ => return Err(format!("unknown size suffix in {s:?} (use K, M, G or T)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?} (e.g. 2G, 512M)"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("size must be positive: {s:?}"));
+    }
+    Ok((v * mul as f64) as u64)
 }

@@ -25,6 +25,31 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     cfg.keepalive = Duration::from_secs_f64(a.keepalive);
     cfg.shutdown_grace = Duration::from_secs_f64(a.shutdown_timeout);
     cfg.spec = a.spec.options(&engine)?;
+    let cfgm = &engine.model.cfg;
+    let per_position = 2 * cfgm.n_layer * cfgm.kv_dim() * 4;
+    cfg.kv_budget = a.kv_budget.map(|b| b as usize).unwrap_or_else(|| available_memory() / 4);
+    let fit = cfg.kv_budget / (ctx * per_position).max(1);
+    cfg.parallel = match a.parallel {
+        Some(n) => n as usize,
+        None => fit.clamp(1, 8),
+    };
+    if cfg.parallel > fit {
+        eprintln!(
+            "tandem serve: warning: {} slots of {ctx} positions need {} of K/V rows when full; the budget is {}",
+            cfg.parallel,
+            gib(cfg.parallel * ctx * per_position),
+            gib(cfg.kv_budget)
+        );
+    }
+    cfg.prefill_chunk = a.prefill_chunk as usize;
+    eprintln!(
+        "tandem serve: {} slot{} of {ctx} positions, K/V budget {} ({} KiB per position), prompt chunks of {} tokens beside decoding",
+        cfg.parallel,
+        if cfg.parallel == 1 { "" } else { "s" },
+        gib(cfg.kv_budget),
+        per_position / 1024,
+        cfg.prefill_chunk
+    );
     let auth = if cfg.api_key.is_some() { "API key required" } else { "no API key" };
     let model = cfg.model_id.clone();
     tandem_server::run(engine, cfg, |addr| {
@@ -32,4 +57,19 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         eprintln!("tandem serve: listening on http://{addr} (model {model}, context {ctx}, {auth})");
     })
     .context("server")
+}
+
+fn gib(bytes: usize) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Memory available now (MemAvailable), or 4 GiB where it cannot be read.
+fn available_memory() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<usize>().ok())
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(4 << 30)
 }

@@ -2,10 +2,14 @@
 //!
 //! - `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`,
 //!   `GET /health`, `GET /metrics` (Prometheus text).
-//! - One engine worker thread owns the session and the speculator; requests
-//!   wait in a bounded queue (`max_queue`, then 503 with `Retry-After`).
-//! - The KV cache of the last conversation is kept: a prompt that extends it
-//!   only evaluates the new tokens (`usage.prompt_tokens_details.cached_tokens`).
+//! - One engine worker thread decodes up to `parallel` requests together, one
+//!   forward per step (continuous batching: requests join and leave at any
+//!   step); the others wait in a bounded queue (`max_queue`, then 503 with
+//!   `Retry-After`). Greedy output of a request is the same bits whatever
+//!   else is in the batch.
+//! - Prompt prefixes are kept across requests within `kv_budget`: a prompt
+//!   that extends or shares an earlier one only evaluates its new tokens
+//!   (`usage.prompt_tokens_details.cached_tokens`).
 //! - SSE streaming with keep-alive comments; a client that goes away cancels
 //!   its generation at the next token.
 //! - Errors in OpenAI's JSON shape ([`ApiError`]); the request-field rule is in
@@ -59,6 +63,12 @@ pub struct ServerConfig {
     /// After SIGINT/SIGTERM: how long in-flight requests may run before they are cancelled.
     pub shutdown_grace: Duration,
     pub spec: SpecOptions,
+    /// Sequences decoded together (slots), each with its own KV cache.
+    pub parallel: usize,
+    /// Prompt tokens evaluated per step while other sequences decode.
+    pub prefill_chunk: usize,
+    /// Bytes of K/V rows held in all: the slots' plus kept prompt prefixes.
+    pub kv_budget: usize,
 }
 
 impl ServerConfig {
@@ -76,6 +86,9 @@ impl ServerConfig {
             keepalive: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
             spec: SpecOptions::default(),
+            parallel: 1,
+            prefill_chunk: tandem_engine::batch::DEFAULT_PREFILL_CHUNK,
+            kv_budget: 2 << 30,
         }
     }
 }
@@ -93,7 +106,11 @@ pub async fn serve(
         return Err(ServerError::Config(format!("context of {} tokens is too small", cfg.ctx)));
     }
     let shared = Arc::new(worker::Shared { metrics: Default::default(), abort: AtomicBool::new(false), exit: AtomicBool::new(false) });
-    let (jobs, worker, drafter) = worker::spawn(engine.clone(), cfg.ctx, cfg.spec.clone(), cfg.max_queue, shared.clone())?;
+    if cfg.parallel == 0 {
+        return Err(ServerError::Config("--parallel must be at least 1".into()));
+    }
+    let settings = worker::BatchSettings { slots: cfg.parallel, ctx: cfg.ctx, prefill_chunk: cfg.prefill_chunk, kv_budget: cfg.kv_budget };
+    let (jobs, worker, drafter) = worker::spawn(engine.clone(), settings, cfg.spec.clone(), cfg.max_queue, shared.clone())?;
     if let Some(d) = &drafter {
         tracing::info!("speculative decoding: {d}");
     }

@@ -28,8 +28,27 @@ pub struct Metrics {
     pub decode_steps: AtomicU64,
     /// Requests waiting for the engine.
     pub queue_depth: AtomicI64,
-    /// Generations running (0 or 1).
+    /// Generations running (slots busy).
     pub busy: AtomicI64,
+    /// Slots (`--parallel`).
+    pub slots: AtomicI64,
+    /// Batched forwards, their rows and sequences (sum), and their time.
+    pub steps: AtomicU64,
+    pub step_rows: AtomicU64,
+    pub step_sequences: AtomicU64,
+    pub step_us: AtomicU64,
+    /// Requests that reused a cached prompt prefix.
+    pub prefix_hits: AtomicU64,
+    /// Prompt prefixes kept outside the slots, and bytes of their K/V rows.
+    pub kept_prefixes: AtomicI64,
+    pub kept_bytes: AtomicI64,
+    /// Bytes of K/V rows held by the slots.
+    pub live_bytes: AtomicI64,
+    /// Requests given a slot, and their total time in the queue.
+    pub admitted: AtomicU64,
+    pub queue_wait_us: AtomicU64,
+    /// The drafter's name, when speculating.
+    pub drafter: std::sync::OnceLock<String>,
     /// Last request's decode rate, in milli-tokens per second.
     pub last_decode_mtps: AtomicU64,
     pub spec_cycles: AtomicU64,
@@ -100,7 +119,23 @@ impl Metrics {
             &one(format!("{:.3}", self.last_decode_mtps.load(Relaxed) as f64 / 1e3)),
         );
         metric("tandem_queue_depth", "gauge", "Requests waiting for the engine worker.", &one(g(&self.queue_depth)));
-        metric("tandem_requests_running", "gauge", "Generations running on the engine worker (0 or 1).", &one(g(&self.busy)));
+        metric("tandem_requests_running", "gauge", "Generations running (slots busy).", &one(g(&self.busy)));
+        metric("tandem_slots", "gauge", "Sequences decoded together (--parallel).", &one(g(&self.slots)));
+        metric("tandem_batch_steps_total", "counter", "Batched forwards run.", &one(c(&self.steps)));
+        metric("tandem_batch_rows_total", "counter", "Rows of all batched forwards (decode, verify and prompt rows).", &one(c(&self.step_rows)));
+        metric(
+            "tandem_batch_sequences_total",
+            "counter",
+            "Sequences in all batched forwards (over steps: the mean batch size).",
+            &one(c(&self.step_sequences)),
+        );
+        metric("tandem_batch_seconds_total", "counter", "Time in batched forwards.", &one(secs(&self.step_us)));
+        metric("tandem_prefix_cache_hits_total", "counter", "Requests that reused a cached prompt prefix.", &one(c(&self.prefix_hits)));
+        metric("tandem_prefix_cache_entries", "gauge", "Prompt prefixes kept outside the slots.", &one(g(&self.kept_prefixes)));
+        metric("tandem_prefix_cache_bytes", "gauge", "Bytes of K/V rows of kept prompt prefixes.", &one(g(&self.kept_bytes)));
+        metric("tandem_kv_live_bytes", "gauge", "Bytes of K/V rows held by the slots.", &one(g(&self.live_bytes)));
+        metric("tandem_queue_admitted_total", "counter", "Requests given a slot.", &one(c(&self.admitted)));
+        metric("tandem_queue_wait_seconds_total", "counter", "Time requests waited for a slot, summed.", &one(secs(&self.queue_wait_us)));
         metric("tandem_speculative_enabled", "gauge", "1 when the server speculates.", &one((speculative as u8).to_string()));
         metric("tandem_spec_cycles_total", "counter", "Speculative verify cycles.", &one(c(&self.spec_cycles)));
         metric("tandem_spec_drafted_tokens_total", "counter", "Draft tokens sent to verification.", &one(c(&self.spec_drafted)));
