@@ -36,7 +36,12 @@ if ! command -v cmake >/dev/null 2>&1; then
     echo "installing cmake with pip ..." >&2
     python3 -m pip install --quiet cmake >&2 || python3 -m pip install --quiet --break-system-packages cmake >&2
 fi
+# the HTTP server only when asked for (it takes longest to build)
+server=OFF
+for t in "${targets[@]}"; do
+    [[ $t == llama-server ]] && server=ON
+done
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server >&2
 cmake --build "$build" -j "$(nproc)" --target "${missing[@]}" >&2
 echo "$build/bin"

@@ -551,8 +551,9 @@ pub struct ServeArgs {
     /// (default: what the K/V budget allows at the context size, at most 8).
     #[arg(long, short = 'P', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub parallel: Option<u32>,
-    /// Prompt tokens evaluated per step while other requests decode (a long
-    /// prompt is evaluated in chunks between their steps).
+    /// Most prompt tokens evaluated per step while other requests decode: a
+    /// long prompt is evaluated in chunks between their steps, each chunk
+    /// sized to add at most 80% to the time of their step.
     #[arg(long, value_name = "N", default_value_t = tandem_engine::batch::DEFAULT_PREFILL_CHUNK as u32,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub prefill_chunk: u32,

@@ -9,9 +9,12 @@
 //! row has the bits it would have alone, so a request's output does not
 //! depend on what else is in the batch.
 //!
-//! Prompts are evaluated in chunks of at most `prefill_chunk` tokens per
-//! step while other sequences decode (so their inter-token time stays
-//! bounded), and in chunks of [`PREFILL_CHUNK`] when nothing else runs.
+//! Prompts are evaluated in chunks of [`PREFILL_CHUNK`] tokens when nothing
+//! else runs. While other sequences decode, a step takes as many prompt
+//! tokens (at most `prefill_chunk`) as fit in [`PREFILL_STEP_SHARE`] of a
+//! decode-only step, priced by a cost measured as steps run: a prompt row
+//! costs its matmuls plus attention over the positions before it, so rows
+//! deep in a long prompt cost more and fewer are taken per step.
 //!
 //! Prompt prefixes are kept across requests: a free slot keeps what it last
 //! held, and what a slot would lose when it takes a new request is kept in
@@ -32,8 +35,16 @@ use crate::speculation::SpecOptions;
 /// A prefix shorter than this is not worth keeping when its slot moves on.
 pub const MIN_KEPT_PREFIX: usize = 32;
 
-/// Prompt tokens per step while other sequences decode, by default.
-pub const DEFAULT_PREFILL_CHUNK: usize = 32;
+/// Most prompt tokens per step while other sequences decode, by default.
+pub const DEFAULT_PREFILL_CHUNK: usize = 64;
+
+/// While other sequences decode, prompt rows may add at most this share of
+/// a decode-only step's time to a step: their inter-token time stays
+/// within (1 + share) of what it is without the prompt.
+pub const PREFILL_STEP_SHARE: f64 = 0.8;
+
+/// Weight of a new step in the moving averages of step costs.
+const STEP_EMA: f64 = 0.2;
 
 #[derive(Debug, Clone)]
 pub struct BatchConfig {
@@ -158,6 +169,19 @@ pub struct Batch {
     clock: u64,
     hits: u64,
     hit_tokens: u64,
+    /// Seconds of a step without prompt rows (moving average).
+    decode_secs: Option<f64>,
+    /// Seconds per unit of prompt work beside decode rows (moving average).
+    unit_secs: Option<f64>,
+    /// Position at which a prompt row's attention costs as much as its
+    /// matmuls (see [`prompt_units`]).
+    attn_even: f64,
+}
+
+/// Work of prompt rows `p..p + n`, in units of one row's matmuls: each row
+/// costs its matmuls (1) plus attention over its position (`pos / even`).
+fn prompt_units(p: usize, n: usize, even: f64) -> f64 {
+    n as f64 * (1.0 + (p as f64 + n as f64 / 2.0) / even)
 }
 
 impl Batch {
@@ -173,7 +197,23 @@ impl Batch {
             }
             slots.push(Slot { session: engine.new_session(cfg.ctx), spec: sp, seq: None, used: 0 });
         }
-        Ok(Batch { engine, cfg, slots, kept: Vec::new(), taps, out: ForwardOutput::default(), clock: 0, hits: 0, hit_tokens: 0 })
+        let c = &engine.model.cfg;
+        let row_macs = c.d_model * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.d_model + 3 * c.d_model * c.ffn;
+        let attn_even = row_macs as f64 / (2 * c.n_head * c.head_dim) as f64;
+        Ok(Batch {
+            engine,
+            cfg,
+            slots,
+            kept: Vec::new(),
+            taps,
+            out: ForwardOutput::default(),
+            clock: 0,
+            hits: 0,
+            hit_tokens: 0,
+            decode_secs: None,
+            unit_secs: None,
+            attn_even,
+        })
     }
 
     pub fn config(&self) -> &BatchConfig {
@@ -347,7 +387,16 @@ impl Batch {
 
         // prompt chunks, in admission order, within the step's prompt budget
         let decoding = self.slots.iter().filter(|s| matches!(s.seq.as_ref().map(|q| &q.phase), Some(Phase::Decode))).count();
-        let mut budget = if decoding == 0 { PREFILL_CHUNK.max(self.cfg.prefill_chunk) } else { self.cfg.prefill_chunk.max(1) };
+        let cap = if decoding == 0 { PREFILL_CHUNK.max(self.cfg.prefill_chunk) } else { self.cfg.prefill_chunk.max(1) };
+        let mut budget = cap;
+        // beside decode rows: the prompt work that fits the step's share
+        let mut work_left = match (decoding, self.decode_secs, self.unit_secs) {
+            (0, _, _) => f64::INFINITY,
+            (_, Some(d), Some(u)) if u > 0.0 => PREFILL_STEP_SHARE * d / u,
+            // not measured yet: a small chunk, to measure
+            _ => prompt_units(0, cap.min(8), self.attn_even),
+        };
+        let mut prompt_work = 0.0;
         let mut work: Vec<Option<Work>> = (0..n).map(|_| None).collect();
         let mut prefilling: Vec<(u64, usize)> = (0..n)
             .filter_map(|i| self.slots[i].seq.as_ref().filter(|q| matches!(q.phase, Phase::Prefill)).map(|q| (q.order, i)))
@@ -361,7 +410,16 @@ impl Batch {
             let s = &self.slots[i];
             let q = s.seq.as_ref().expect("prefilling");
             let from = s.session.tokens.len();
-            let take = (q.prompt.len() - from).min(budget);
+            let mut take = (q.prompt.len() - from).min(budget);
+            while take > 1 && prompt_units(from, take, self.attn_even) > work_left {
+                take = take * 3 / 4;
+            }
+            if prefill_rows > 0 && prompt_units(from, take, self.attn_even) > work_left {
+                break;
+            }
+            let units = prompt_units(from, take, self.attn_even);
+            work_left -= units;
+            prompt_work += units;
             budget -= take;
             prefill_rows += take;
             work[i] = Some(Work::Prefill { from, n: take });
@@ -480,6 +538,17 @@ impl Batch {
                 self.fail(i, EngineError::Model(tandem_model::ModelError::BadConfig(msg.clone())), on_event);
             }
             return StepReport { rows, sequences: order.len(), prefill_rows, secs };
+        }
+
+        // what steps cost, for the next steps' prompt chunks
+        let decode_rows = rows - prefill_rows;
+        if prefill_rows == 0 {
+            self.decode_secs = Some(self.decode_secs.map_or(secs, |d| (1.0 - STEP_EMA) * d + STEP_EMA * secs));
+        } else if decode_rows > 0 {
+            if let Some(d) = self.decode_secs {
+                let per = (secs - d).max(0.0) / prompt_work.max(1e-9);
+                self.unit_secs = Some(self.unit_secs.map_or(per, |u| (1.0 - STEP_EMA) * u + STEP_EMA * per));
+            }
         }
 
         // each slot takes its rows

@@ -65,7 +65,7 @@ pub struct ServerConfig {
     pub spec: SpecOptions,
     /// Sequences decoded together (slots), each with its own KV cache.
     pub parallel: usize,
-    /// Prompt tokens evaluated per step while other sequences decode.
+    /// Most prompt tokens evaluated per step while other sequences decode.
     pub prefill_chunk: usize,
     /// Bytes of K/V rows held in all: the slots' plus kept prompt prefixes.
     pub kv_budget: usize,
