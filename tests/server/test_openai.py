@@ -346,6 +346,30 @@ def test_parallel_8_cancelling_half_mid_stream_leaves_the_others_unchanged():
     assert _run(c, dict(kws[1], stream=False)) == (lone[0][0], lone[0][1])
 
 
+
+def test_parallel_shared_system_prompt_is_evaluated_once_within_the_kv_budget():
+    budget = 160 << 20
+    s = server("--parallel", "4", "--kv-budget", str(budget))
+    c = s.client()
+    system = " ".join(f"Rule {i}: answer briefly and politely." for i in range(120))
+    ask = lambda q: chat(c, messages=[{"role": "system", "content": system}, {"role": "user", "content": q}], max_tokens=8)
+    first = ask("Name a color.")
+    assert first.usage.prompt_tokens > 1000, first.usage
+    second = ask("Name a fruit.")
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    own = second.usage.prompt_tokens - cached
+    assert cached > 1000 and own < 30, second.usage
+    t1, t2 = first.model_extra["tandem"], second.model_extra["tandem"]
+    assert t2["evaluated_prompt_tokens"] == own
+    assert t2["prefill_ms"] < t1["prefill_ms"] / 3, (t1["prefill_ms"], t2["prefill_ms"])
+    # other prompts move the slots on; kept prefixes stay under the budget
+    for j in range(12):
+        ask(f"Question {j}: " + "tell me something new. " * (j + 1))
+        assert _metric(s, "tandem_kv_live_bytes") + _metric(s, "tandem_prefix_cache_bytes") <= budget
+    again = ask("Name an animal.")
+    assert again.usage.prompt_tokens_details.cached_tokens > 1000, again.usage
+
+
 def main():
     tests = [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_") and callable(v)]
     passed = failed = 0
