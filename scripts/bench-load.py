@@ -150,38 +150,46 @@ def level(server, jobs, clients):
     return results, time.perf_counter() - t0
 
 
-def run_levels(server, prompts, args, model_name):
+def run_level(server, prompts, args, model_name, k, ref):
+    """One level: the shared requests over k clients. `ref` holds the
+    one-client answers (filled by the first one-client level)."""
     body = lambda p: {"model": model_name, "messages": [{"role": "user", "content": p}], "temperature": 0, "max_tokens": args.n}
-    # warm up (the first forward of each width pays for page faults)
-    stream(server, body(prompts[0]))
-    rows, ref = [], {}
-    base = None
-    for k in args.clients:
-        total = max(len(prompts), 3 * k)
-        jobs = [(i % len(prompts), body(prompts[i % len(prompts)])) for i in range(total)]
-        results, wall = level(server, jobs, k)
-        toks = sum(r[2] for r in results)
-        ttft = [r[3] for r in results if r[3] is not None]
-        gaps = [g for r in results for g in r[4]]
-        lost = sum(1 for r in results if r[1] is None or r[5] not in ("stop", "length"))
-        if not ref:
-            for r in results:
-                ref.setdefault(r[0], r[1])
-        same = sum(1 for r in results if r[1] is not None and ref.get(r[0]) == r[1])
-        tps = toks / wall
-        base = base or tps
-        row = {
-            "server": server.kind, "clients": k, "requests": len(results), "tokens": toks, "wall_s": wall,
-            "tok_s": tps, "speedup": tps / base,
+    total = max(len(prompts), 3 * k)
+    jobs = [(i % len(prompts), body(prompts[i % len(prompts)])) for i in range(total)]
+    results, wall = level(server, jobs, k)
+    if k == 1 and not ref:
+        for r in results:
+            ref.setdefault(r[0], r[1])
+    return {
+        "clients": k, "requests": len(results), "tokens": sum(r[2] for r in results), "wall_s": wall,
+        "ttft": [r[3] for r in results if r[3] is not None], "gaps": [g for r in results for g in r[4]],
+        "lost": sum(1 for r in results if r[1] is None or r[5] not in ("stop", "length")),
+        "same": sum(1 for r in results if r[1] is not None and ref.get(r[0]) == r[1]),
+    }
+
+
+def summarize(kind, runs, clients):
+    """Per level over the rounds: median tok/s, median ratio to the same
+    round's one-client rate, latencies pooled over the rounds."""
+    rows = []
+    for k in clients:
+        mine = [r for r in runs if r["clients"] == k]
+        tps = [r["tokens"] / r["wall_s"] for r in mine]
+        ratios = []
+        for rnd, r in enumerate(mine):
+            one = [x for x in runs if x["clients"] == 1 and x["round"] == r["round"]]
+            if one:
+                ratios.append((r["tokens"] / r["wall_s"]) / (one[0]["tokens"] / one[0]["wall_s"]))
+        ttft = [t for r in mine for t in r["ttft"]]
+        gaps = [g for r in mine for g in r["gaps"]]
+        rows.append({
+            "server": kind, "clients": k, "rounds": len(mine), "requests": sum(r["requests"] for r in mine),
+            "tok_s": statistics.median(tps), "tok_s_all": tps,
+            "speedup": statistics.median(ratios) if ratios else float("nan"), "speedups": ratios,
             "ttft_p50_ms": pct(ttft, 50) * 1e3, "ttft_p99_ms": pct(ttft, 99) * 1e3,
             "itl_p50_ms": pct(gaps, 50) * 1e3, "itl_p99_ms": pct(gaps, 99) * 1e3,
-            "lost": lost, "equal_to_one_client": same,
-        }
-        rows.append(row)
-        print(f"  {server.kind:6} {k:2} clients: {tps:7.1f} tok/s ({tps / base:4.2f}x), "
-              f"TTFT p50/p99 {row['ttft_p50_ms']:.0f}/{row['ttft_p99_ms']:.0f} ms, "
-              f"ITL p50/p99 {row['itl_p50_ms']:.1f}/{row['itl_p99_ms']:.1f} ms, "
-              f"{same}/{len(results)} equal to one client, {lost} lost", flush=True)
+            "lost": sum(r["lost"] for r in mine), "equal_to_one_client": sum(r["same"] for r in mine),
+        })
     return rows
 
 
@@ -251,16 +259,17 @@ def main():
     ap.add_argument("--long-chars", type=int, default=7000, help="characters of the long prompt (about 2,000 tokens)")
     ap.add_argument("--long-n", type=int, default=200)
     ap.add_argument("--long-delay", type=float, default=0.5)
-    ap.add_argument("--extra", default="", help="more tandem serve flags, e.g. '--suffix'")
+    ap.add_argument("--extra", default="", help="more tandem serve flags, e.g. --extra=--suffix")
     ap.add_argument("--bin", default=BIN)
     ap.add_argument("--out-md")
     ap.add_argument("--json")
-    ap.add_argument("--quick", action="store_true", help="8 prompts, 48 tokens, clients 1,4,8")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of all levels, alternating the servers")
+    ap.add_argument("--quick", action="store_true", help="8 prompts, 48 tokens, clients 1,4,8, one round")
     args = ap.parse_args()
     args.clients = [int(x) for x in args.clients.split(",")]
     prompts = [json.loads(l)["user"] for l in open(args.prompts) if l.strip() and '"user"' in l]
     if args.quick:
-        prompts, args.n, args.clients = prompts[:8], 48, [1, 4, 8]
+        prompts, args.n, args.clients, args.rounds = prompts[:8], 48, [1, 4, 8], 1
 
     # the model file (llama-server needs it): a catalogue name is fetched first
     files = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
@@ -272,7 +281,8 @@ def main():
     name = os.path.basename(path)
     print(f"model {name}; {args.parallel} slots of {args.ctx} positions; {len(prompts)} prompts, {args.n} tokens each", flush=True)
 
-    servers = [("tandem", lambda: Server("tandem", [args.bin, "serve", "-m", args.model, "--port", "0", "-t", str(args.threads),
+    label = "tandem " + args.extra if args.extra else "tandem"
+    servers = [("tandem", lambda: Server(label, [args.bin, "serve", "-m", args.model, "--port", "0", "-t", str(args.threads),
                                                     "--ctx", str(args.ctx), "--parallel", str(args.parallel),
                                                     "--max-queue", "64", *args.extra.split()],
                                          r"listening on http://([\d.]+):(\d+)"))]
@@ -292,24 +302,46 @@ def main():
                                                           "-c", str(args.ctx * args.parallel), "-np", str(args.parallel),
                                                           "--no-webui"],
                                                 r"server is listening|HTTP server listening|listening on", port)))
-    report = {"model": name, "parallel": args.parallel, "ctx": args.ctx, "n": args.n, "prompts": len(prompts), "levels": [], "long": []}
-    for kind, make in servers:
-        srv = make()
-        try:
-            if not args.only_long:
-                report["levels"] += run_levels(srv, prompts, args, name)
-            if args.long_prompt or args.only_long:
+    report = {"model": name, "parallel": args.parallel, "ctx": args.ctx, "n": args.n, "prompts": len(prompts),
+              "rounds": args.rounds, "levels": [], "long": []}
+    started = []
+    try:
+        for kind, make in servers:
+            started.append(make())
+        body = {"model": name, "messages": [{"role": "user", "content": prompts[0]}], "temperature": 0, "max_tokens": args.n}
+        for srv in started:
+            # warm up (the first forwards of each width pay for page faults)
+            stream(srv, body)
+        if not args.only_long:
+            runs = {srv.kind: [] for srv in started}
+            refs = {srv.kind: {} for srv in started}
+            # rounds alternate the servers; within a round, every level in turn
+            for rnd in range(args.rounds):
+                for srv in started:
+                    for k in args.clients:
+                        r = run_level(srv, prompts, args, name, k, refs[srv.kind])
+                        r["round"] = rnd
+                        runs[srv.kind].append(r)
+                        print(f"  round {rnd + 1} {srv.kind:8} {k:2} clients: {r['tokens'] / r['wall_s']:7.1f} tok/s, "
+                              f"{r['same']}/{r['requests']} equal to one client, {r['lost']} lost", flush=True)
+            for srv in started:
+                report["levels"] += summarize(srv.kind, runs[srv.kind], args.clients)
+        if args.long_prompt or args.only_long:
+            for srv in started:
                 report["long"].append(long_prompt(srv, prompts, args, name))
-        finally:
+    finally:
+        for srv in started:
             srv.close()
 
     md = []
     if report["levels"]:
-        md.append(f"{name}, {args.parallel} slots, {len(prompts)} prompts × ≥3 per client, {args.n} tokens, greedy, streaming\n")
-        md.append("| server | clients | requests | tok/s | × 1 client | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) | equal to 1-client answer | lost |")
+        md.append(f"{name}, {args.parallel} slots, {len(prompts)} prompts × ≥3 per client, {args.n} tokens, greedy, streaming; "
+                  f"medians of {args.rounds} rounds (× 1 client: the median of each round's ratio), latencies pooled\n")
+        md.append("| server | clients | requests | tok/s | × 1 client (range) | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) | equal to 1-client answer | lost |")
         md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in report["levels"]:
-            md.append(f"| {r['server']} | {r['clients']} | {r['requests']} | {r['tok_s']:.1f} | {r['speedup']:.2f}× | "
+            rng = f"{min(r['speedups']):.2f}–{max(r['speedups']):.2f}" if r["speedups"] else ""
+            md.append(f"| {r['server']} | {r['clients']} | {r['requests']} | {r['tok_s']:.1f} | {r['speedup']:.2f}× ({rng}) | "
                       f"{r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f} | {r['itl_p50_ms']:.1f} / {r['itl_p99_ms']:.1f} | "
                       f"{r['equal_to_one_client']}/{r['requests']} | {r['lost']} |")
     if report["long"]:

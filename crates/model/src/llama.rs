@@ -643,6 +643,58 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
     });
 }
 
+/// Causal attention of rows of several sequences (a batch step), one unit
+/// of work per (row, key/value head): the query heads that share a
+/// key/value head walk its positions together, block by block, so each
+/// block is read from memory once for all of them. Rows of different
+/// sequences share nothing, and a step of 8–16 sequences reads 8–16
+/// caches; reading each once instead of once per query head is what
+/// keeps their attention near the cost of the bytes.
+///
+/// Each head's scores are the same per-position dot products, its softmax
+/// runs over the same scores and its output accumulates the value rows in
+/// position order, so every row has the bits it has alone.
+fn attention_groups(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q: &[f32], out: &mut [f32]) {
+    let AttnShape { hd, kvd, qd, group, scale, nh } = AttnShape::of(cfg);
+    let nkv = nh / group;
+    // unit u is key/value head u / m of row u % m; its piece is the row's
+    // output of the group's query heads (contiguous)
+    pool.run_pieces(
+        &mut out[..m * qd],
+        hd * group,
+        |u| (u % m) * nkv + u / m,
+        || (),
+        |_, u, o| {
+            let (g, i) = (u / m, u % m);
+            let (cache, pos) = kv.row(i);
+            let (kc, vc) = cache.layer(layer);
+            let n = pos + 1;
+            let off = g * hd;
+            SCORES.with(|sc| {
+                let mut sc = sc.borrow_mut();
+                let sc = resize(&mut sc, group * n);
+                for p0 in (0..n).step_by(POS_BLOCK) {
+                    let p1 = (p0 + POS_BLOCK).min(n);
+                    for j in 0..group {
+                        let qh = &q[i * qd + (g * group + j) * hd..][..hd];
+                        ops::dot_rows(qh, &kc[p0 * kvd..], kvd, off, scale, &mut sc[j * n + p0..j * n + p1]);
+                    }
+                }
+                for j in 0..group {
+                    ops::softmax_inplace(&mut sc[j * n..(j + 1) * n]);
+                }
+                o.iter_mut().for_each(|v| *v = 0.0);
+                for p0 in (0..n).step_by(POS_BLOCK) {
+                    let p1 = (p0 + POS_BLOCK).min(n);
+                    for (j, oj) in o.chunks_exact_mut(hd).enumerate() {
+                        ops::axpy_rows(oj, &sc[j * n + p0..j * n + p1], &vc[p0 * kvd..], kvd, off);
+                    }
+                }
+            });
+        },
+    );
+}
+
 /// Causal attention of `m` query rows over the cache(s). Each (row, head) is
 /// one unit of work; its result depends only on its own query and the cache
 /// rows up to its position, so a row gives the same bits alone, in a batch of
@@ -652,6 +704,9 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
         if (2..=ROW_BATCH_MAX).contains(&m) {
             return attention_rows(pool, cfg, cache, layer, m, q, out);
         }
+    }
+    if let Kv::Segs { .. } = kv {
+        return attention_groups(pool, cfg, kv, layer, m, q, out);
     }
     let AttnShape { hd, kvd, qd, group, scale, nh } = AttnShape::of(cfg);
     // unit u is head u / m of row u % m: head-major, so that a thread's units
