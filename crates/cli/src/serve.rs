@@ -68,7 +68,10 @@ fn available_memory() -> usize {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
-            m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<usize>().ok())
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<usize>().ok())
         })
         .map(|kib| kib * 1024)
         .unwrap_or(4 << 30)

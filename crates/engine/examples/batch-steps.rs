@@ -15,7 +15,8 @@ fn main() {
         for j in 0..n {
             let msg = tandem_tokenizer::ChatMessage::new("user", format!("Write a long story number {j} about a cat."));
             let p = e.tokenize_prompt(&e.render_chat(&[msg]).unwrap());
-            b.admit(Request { prompt: p, params: GenParams { max_tokens: 150, sampler: SamplerParams::greedy() }, with_rows: false }).unwrap();
+            b.admit(Request { prompt: p, params: GenParams { max_tokens: 150, sampler: SamplerParams::greedy() }, with_rows: false })
+                .unwrap();
         }
         let (mut wall, mut fwd, mut steps, mut toks) = (0.0, 0.0, 0, 0);
         while !b.is_idle() {
@@ -32,6 +33,11 @@ fn main() {
                 steps += 1;
             }
         }
-        println!("{n} sequences: {steps} decode steps, {:.2} ms per step, {:.2} ms of it the forward; {:.0} tok/s", wall / steps as f64 * 1e3, fwd / steps as f64 * 1e3, toks as f64 / wall);
+        println!(
+            "{n} sequences: {steps} decode steps, {:.2} ms per step, {:.2} ms of it the forward; {:.0} tok/s",
+            wall / steps as f64 * 1e3,
+            fwd / steps as f64 * 1e3,
+            toks as f64 / wall
+        );
     }
 }

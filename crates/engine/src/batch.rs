@@ -398,9 +398,8 @@ impl Batch {
         };
         let mut prompt_work = 0.0;
         let mut work: Vec<Option<Work>> = (0..n).map(|_| None).collect();
-        let mut prefilling: Vec<(u64, usize)> = (0..n)
-            .filter_map(|i| self.slots[i].seq.as_ref().filter(|q| matches!(q.phase, Phase::Prefill)).map(|q| (q.order, i)))
-            .collect();
+        let mut prefilling: Vec<(u64, usize)> =
+            (0..n).filter_map(|i| self.slots[i].seq.as_ref().filter(|q| matches!(q.phase, Phase::Prefill)).map(|q| (q.order, i))).collect();
         prefilling.sort();
         let mut prefill_rows = 0;
         for &(_, i) in &prefilling {
@@ -579,7 +578,20 @@ impl Batch {
                 }
                 Work::Spec(p, entry) => {
                     let sp = slot.spec.as_mut().expect("speculating");
-                    let r = sp.finish_from(*p, &self.out, row, lrow, rows, d, secs, &mut s.cache, &mut s.tokens, &mut s.logits, &mut q.sampler, &is_eog);
+                    let r = sp.finish_from(
+                        *p,
+                        &self.out,
+                        row,
+                        lrow,
+                        rows,
+                        d,
+                        secs,
+                        &mut s.cache,
+                        &mut s.tokens,
+                        &mut s.logits,
+                        &mut q.sampler,
+                        &is_eog,
+                    );
                     match r {
                         Ok(step) => {
                             if let (Some(st), Some(rec)) = (&mut q.stats.spec, &step.cycle) {
@@ -610,7 +622,7 @@ impl Batch {
                     }
                     if from + n == q.prompt.len() {
                         s.logits.clear();
-                    s.logits.extend_from_slice(self.out.logits_row(lrow));
+                        s.logits.extend_from_slice(self.out.logits_row(lrow));
                         q.phase = Phase::Decode;
                         q.stats.prefill_time = q.admitted.elapsed();
                         q.decode_start = Instant::now();

@@ -11,7 +11,9 @@ mod session;
 pub mod speculation;
 
 pub use batch::{Batch, BatchConfig, PrefixStats, Request, SlotEvent, StepReport};
-pub use session::{Conflict, Engine, EngineError, GenParams, GenStats, Session, SessionSnapshot, StopReason, SupportProblem, PREFILL_CHUNK};
+pub use session::{
+    Conflict, Engine, EngineError, GenParams, GenStats, Session, SessionSnapshot, StopReason, SupportProblem, PREFILL_CHUNK,
+};
 pub use speculation::SpecOptions;
 /// Worker threads by default: the physical cores.
 pub use tandem_kernels::pool::physical_cores;

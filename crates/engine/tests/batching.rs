@@ -51,7 +51,14 @@ struct Seen {
 
 /// Run `reqs` through a batch of `slots`, admitting request j once `at[j]`
 /// steps have run (or later, when no slot is free).
-fn batched(engine: &Arc<Engine>, slots: usize, chunk: usize, spec: &SpecOptions, reqs: &[(Vec<u32>, GenParams)], at: &[usize]) -> Vec<Seen> {
+fn batched(
+    engine: &Arc<Engine>,
+    slots: usize,
+    chunk: usize,
+    spec: &SpecOptions,
+    reqs: &[(Vec<u32>, GenParams)],
+    at: &[usize],
+) -> Vec<Seen> {
     let cfg = BatchConfig { slots, ctx: 1024, prefill_chunk: chunk, kv_budget: 1 << 30 };
     let mut b = Batch::new(engine.clone(), cfg, spec).unwrap();
     let mut seen: Vec<Seen> = reqs.iter().map(|_| Seen { ids: vec![], rows: vec![], done: None }).collect();

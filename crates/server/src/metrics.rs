@@ -122,7 +122,12 @@ impl Metrics {
         metric("tandem_requests_running", "gauge", "Generations running (slots busy).", &one(g(&self.busy)));
         metric("tandem_slots", "gauge", "Sequences decoded together (--parallel).", &one(g(&self.slots)));
         metric("tandem_batch_steps_total", "counter", "Batched forwards run.", &one(c(&self.steps)));
-        metric("tandem_batch_rows_total", "counter", "Rows of all batched forwards (decode, verify and prompt rows).", &one(c(&self.step_rows)));
+        metric(
+            "tandem_batch_rows_total",
+            "counter",
+            "Rows of all batched forwards (decode, verify and prompt rows).",
+            &one(c(&self.step_rows)),
+        );
         metric(
             "tandem_batch_sequences_total",
             "counter",
