@@ -3,7 +3,7 @@
 llama-server with the same number of slots, on the same load.
 
 For each client count (default 1, 2, 4, 8, 16) the same requests (every
-prompt of the set, repeated to at least three per client) are shared out
+prompt of the set, repeated to at least --per-client per client) are shared out
 to that many concurrent streaming clients, each taking the next request as
 it finishes its last. Reported per level: aggregate generated tokens per
 second (all completion tokens over the level's wall time), time to first
@@ -154,7 +154,7 @@ def run_level(server, prompts, args, model_name, k, ref):
     """One level: the shared requests over k clients. `ref` holds the
     one-client answers (filled by the first one-client level)."""
     body = lambda p: {"model": model_name, "messages": [{"role": "user", "content": p}], "temperature": 0, "max_tokens": args.n}
-    total = max(len(prompts), 3 * k)
+    total = max(len(prompts), args.per_client * k)
     jobs = [(i % len(prompts), body(prompts[i % len(prompts)])) for i in range(total)]
     results, wall = level(server, jobs, k)
     if k == 1 and not ref:
@@ -263,13 +263,15 @@ def main():
     ap.add_argument("--bin", default=BIN)
     ap.add_argument("--out-md")
     ap.add_argument("--json")
+    ap.add_argument("--per-client", type=int, default=8,
+                    help="requests per client at least (the level's end, where fewer clients are left, is then a small part)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of all levels, alternating the servers")
     ap.add_argument("--quick", action="store_true", help="8 prompts, 48 tokens, clients 1,4,8, one round")
     args = ap.parse_args()
     args.clients = [int(x) for x in args.clients.split(",")]
     prompts = [json.loads(l)["user"] for l in open(args.prompts) if l.strip() and '"user"' in l]
     if args.quick:
-        prompts, args.n, args.clients, args.rounds = prompts[:8], 48, [1, 4, 8], 1
+        prompts, args.n, args.clients, args.rounds, args.per_client = prompts[:8], 48, [1, 4, 8], 1, 3
 
     # the model file (llama-server needs it): a catalogue name is fetched first
     files = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
@@ -335,7 +337,7 @@ def main():
 
     md = []
     if report["levels"]:
-        md.append(f"{name}, {args.parallel} slots, {len(prompts)} prompts × ≥3 per client, {args.n} tokens, greedy, streaming; "
+        md.append(f"{name}, {args.parallel} slots, {len(prompts)} prompts, ≥{args.per_client} requests per client, {args.n} tokens, greedy, streaming; "
                   f"medians of {args.rounds} rounds (× 1 client: the median of each round's ratio), latencies pooled\n")
         md.append("| server | clients | requests | tok/s | × 1 client (range) | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) | equal to 1-client answer | lost |")
         md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
