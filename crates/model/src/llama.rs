@@ -305,6 +305,36 @@ impl Model {
         }
     }
 
+    /// After the blocks: the final norm of the rows that need it (those
+    /// given logits, or all with a `Final` tap), the `Final` taps, and the
+    /// logits of `out.rows`.
+    fn output_rows(&self, pool: &ThreadPool, m: usize, taps: &[HiddenTap], s: &mut Scratch, out: &mut ForwardOutput) {
+        let d = self.cfg.d_model;
+        let need_final = taps.contains(&HiddenTap::Final);
+        let h = resize(&mut s.h, m * d);
+        for i in 0..m {
+            if need_final || out.rows.contains(&i) {
+                self.final_norm(&s.x[i * d..(i + 1) * d], &mut h[i * d..(i + 1) * d]);
+            }
+        }
+        for (ti, tap) in taps.iter().enumerate() {
+            if *tap == HiddenTap::Final {
+                out.hidden[ti] = h.to_vec();
+            }
+        }
+        let nr = out.rows.len();
+        if nr > 0 {
+            let sel = resize(&mut s.o, nr * d);
+            for (j, &r) in out.rows.iter().enumerate() {
+                sel[j * d..(j + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
+            }
+            out.logits.resize(nr * self.cfg.vocab, 0.0);
+            matmul(pool, &self.output.view(&self.gguf), &s.o[..nr * d], nr, &mut out.logits);
+        } else {
+            out.logits.clear();
+        }
+    }
+
     /// Evaluate `tokens` at positions `cache.len()..`, append their K/V rows to
     /// the cache, and fill `out` with the logits and hidden states asked for.
     pub fn forward(
@@ -344,8 +374,6 @@ impl Model {
             out.logits.clear();
             return Ok(());
         }
-        let g = &*self.gguf;
-        let d = cfg.d_model;
         let p0 = cache.len();
 
         SCRATCH.with(|s| {
@@ -362,30 +390,7 @@ impl Model {
             self.run_layers(pool, &mut Kv::One(&mut *cache), m, taps, s, out);
             cache.commit(m);
 
-            // final norm: only for rows that need it
-            let need_final = taps.contains(&HiddenTap::Final);
-            let h = resize(&mut s.h, m * d);
-            for i in 0..m {
-                if need_final || out.rows.contains(&i) {
-                    self.final_norm(&s.x[i * d..(i + 1) * d], &mut h[i * d..(i + 1) * d]);
-                }
-            }
-            for (ti, tap) in taps.iter().enumerate() {
-                if *tap == HiddenTap::Final {
-                    out.hidden[ti] = h.to_vec();
-                }
-            }
-            let nr = out.rows.len();
-            if nr > 0 {
-                let sel = resize(&mut s.o, nr * d);
-                for (j, &r) in out.rows.iter().enumerate() {
-                    sel[j * d..(j + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
-                }
-                out.logits.resize(nr * cfg.vocab, 0.0);
-                matmul(pool, &self.output.view(g), &s.o[..nr * d], nr, &mut out.logits);
-            } else {
-                out.logits.clear();
-            }
+            self.output_rows(pool, m, taps, s, out);
         });
         Ok(())
     }
@@ -460,8 +465,6 @@ impl Model {
             out.logits.clear();
             return Ok(());
         }
-        let g = &*self.gguf;
-        let d = cfg.d_model;
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
             self.embed_rows(&tokens, s);
@@ -477,29 +480,7 @@ impl Model {
             for (j, c) in caches.iter_mut().enumerate() {
                 c.commit(starts[j + 1] - starts[j]);
             }
-            let need_final = taps.contains(&HiddenTap::Final);
-            let h = resize(&mut s.h, m * d);
-            for i in 0..m {
-                if need_final || out.rows.contains(&i) {
-                    self.final_norm(&s.x[i * d..(i + 1) * d], &mut h[i * d..(i + 1) * d]);
-                }
-            }
-            for (ti, tap) in taps.iter().enumerate() {
-                if *tap == HiddenTap::Final {
-                    out.hidden[ti] = h.to_vec();
-                }
-            }
-            let nr = out.rows.len();
-            if nr > 0 {
-                let sel = resize(&mut s.o, nr * d);
-                for (j, &r) in out.rows.iter().enumerate() {
-                    sel[j * d..(j + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
-                }
-                out.logits.resize(nr * cfg.vocab, 0.0);
-                matmul(pool, &self.output.view(g), &s.o[..nr * d], nr, &mut out.logits);
-            } else {
-                out.logits.clear();
-            }
+            self.output_rows(pool, m, taps, s, out);
         });
         Ok(())
     }
