@@ -85,7 +85,7 @@ impl Engine {
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         let template = match tokenizer.chat_template() {
             Some(src) => ChatTemplate::new(src)?,
-            None => ChatTemplate::chatml(),
+            None => ChatTemplate::fallback(&tokenizer),
         };
         Ok(Engine { model, tokenizer, template, pool: Arc::new(ThreadPool::new(threads)) })
     }

@@ -4,7 +4,7 @@
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::TokenizerError;
+use crate::{Tokenizer, TokenizerError};
 
 /// One chat turn.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +26,27 @@ const FUEL: u64 = 5_000_000;
 
 /// ChatML, for models whose GGUF carries no template.
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// Gemma's turn format (Gemma 1-3), for Gemma files without a template. It
+/// follows the template Gemma 3 ships on Hugging Face: `assistant` is rendered
+/// as `model`, a leading system message is put in front of the first turn's
+/// content followed by a blank line, and contents are trimmed. Unlike that
+/// template it does not emit `bos_token` (the tokenizer adds BOS, as
+/// `add_bos_token` asks) and does not insist that roles alternate.
+const GEMMA: &str = r#"{%- if messages and messages[0]['role'] == 'system' -%}
+{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+{%- set loop_messages = messages[1:] -%}
+{%- else -%}
+{%- set first_user_prefix = '' -%}
+{%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}
+{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + (message['content'] | trim) + '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{ '<start_of_turn>model\n' }}
+{%- endif -%}"#;
 
 /// A compiled chat template.
 #[derive(Debug, Clone)]
@@ -54,6 +75,22 @@ impl ChatTemplate {
     /// fallback when a model has no template of its own.
     pub fn chatml() -> Self {
         Self::new(CHATML).expect("the built-in ChatML template compiles")
+    }
+
+    /// Gemma's turn format: `<start_of_turn>user\n{content}<end_of_turn>\n` per
+    /// message and `<start_of_turn>model\n` as the generation prompt.
+    pub fn gemma() -> Self {
+        Self::new(GEMMA).expect("the built-in Gemma template compiles")
+    }
+
+    /// The template for a model whose file has none: Gemma's turn format when
+    /// the vocabulary has `<start_of_turn>`, else ChatML.
+    pub fn fallback(tok: &Tokenizer) -> Self {
+        if tok.token_id("<start_of_turn>").is_some() {
+            Self::gemma()
+        } else {
+            Self::chatml()
+        }
     }
 
     /// Renders `messages`. `bos` and `eos` are exposed as `bos_token` and
@@ -151,6 +188,22 @@ mod tests {
         assert_eq!(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
         let out = t.render(&msgs(&[("user", "Hi")]), false, "", "").unwrap();
         assert_eq!(out, "<|im_start|>user\nHi<|im_end|>\n");
+    }
+
+    #[test]
+    fn gemma_renders() {
+        let t = ChatTemplate::gemma();
+        let out = t.render(&msgs(&[("user", "Hi"), ("assistant", "Hello!"), ("user", "How are you?")]), true, "<bos>", "<eos>").unwrap();
+        assert_eq!(
+            out,
+            "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n<start_of_turn>model\n"
+        );
+        // A system message goes in front of the first turn, then a blank line;
+        // contents are trimmed (the system text is not, as in Gemma's own template).
+        let out = t.render(&msgs(&[("system", "Be brief."), ("user", "  Hi\n")]), false, "", "").unwrap();
+        assert_eq!(out, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n");
+        assert_eq!(t.render(&[], true, "", "").unwrap(), "<start_of_turn>model\n");
+        assert_eq!(t.render(&msgs(&[("system", "S")]), false, "", "").unwrap(), "");
     }
 
     #[test]
