@@ -1,5 +1,5 @@
-//! tandem-tokenizer: a byte-level BPE tokenizer built from GGUF metadata, and
-//! chat-template rendering.
+//! tandem-tokenizer: llama.cpp's byte-level BPE (`gpt2`) and SentencePiece
+//! (`llama`) tokenizers built from GGUF metadata, and chat-template rendering.
 //!
 //! The goal is token-for-token agreement with llama.cpp, because the model was
 //! evaluated (and our reference vectors recorded) with llama.cpp's tokenizer:
@@ -8,8 +8,12 @@
 
 #![forbid(unsafe_code)]
 
+mod bpe;
 mod chat;
+mod hash;
 mod pretok;
+mod special;
+mod spm;
 mod stream;
 mod tokenizer;
 mod unicode;
@@ -30,8 +34,9 @@ pub enum TokenizerError {
     /// The metadata is present and typed right but inconsistent (e.g. an empty vocabulary).
     #[error("invalid tokenizer metadata: {0}")]
     Invalid(String),
-    /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE (`gpt2`).
-    #[error("unsupported tokenizer model `{0}` (only byte-level BPE, `gpt2`, is supported)")]
+    /// `tokenizer.ggml.model` names a tokenizer other than byte-level BPE (`gpt2`)
+    /// or SentencePiece (`llama`).
+    #[error("unsupported tokenizer model `{0}` (supported: `gpt2`, byte-level BPE; `llama`, SentencePiece)")]
     UnsupportedModel(String),
     /// `tokenizer.ggml.pre` names a pre-tokenizer we have not implemented.
     #[error("unsupported pre-tokenizer `{0}` (supported: `smollm`, `gpt-2`)")]

@@ -3,12 +3,17 @@
 use crate::Tokenizer;
 
 /// Turns a stream of token ids into text without ever emitting half a UTF-8
-/// character: byte-level tokens often split one character (emoji, CJK) across
-/// several tokens, so bytes of an unfinished character are held back.
+/// character: byte-level BPE tokens often split one character (emoji, CJK)
+/// across several tokens, and SentencePiece spells a character outside its
+/// vocabulary as one `<0xXX>` token per byte, so bytes of an unfinished
+/// character are held back.
 ///
 /// The concatenation of everything returned by [`push`](Self::push) and
 /// [`flush`](Self::flush) equals [`Tokenizer::decode`] of the same ids,
-/// including where invalid bytes become U+FFFD.
+/// including where invalid bytes become U+FFFD. (One exception: for a
+/// SentencePiece vocabulary with `add_space_prefix`, `decode` drops the first
+/// token's leading space, as llama.cpp's detokenizer does; a stream is a
+/// continuation, so it keeps it, as llama.cpp's per-token pieces do.)
 #[derive(Debug, Default, Clone)]
 pub struct StreamDecoder {
     pending: Vec<u8>,

@@ -1,79 +1,53 @@
-//! The BPE vocabulary, encoder and decoder.
+//! The vocabulary both tokenizer models share: token texts and attributes,
+//! special and end-of-generation tokens, splitting special tokens out of text,
+//! and decoding. The models themselves are in `bpe.rs` and `spm.rs`.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::HashMap;
 
 use tandem_gguf::Gguf;
 
+use crate::bpe::{self, Bpe};
+use crate::hash::FastMap;
 use crate::pretok::PreTokenizer;
-use crate::unicode::{byte_to_char_table, char_to_byte};
+use crate::special::{Frag, Specials};
+use crate::spm::{self, Spm};
+use crate::unicode::char_to_byte;
 use crate::TokenizerError;
 
 // Token attributes, as llama.cpp derives them from `tokenizer.ggml.token_type`.
-const ATTR_UNKNOWN: u16 = 1 << 0;
-const ATTR_UNUSED: u16 = 1 << 1;
-const ATTR_NORMAL: u16 = 1 << 2;
-const ATTR_CONTROL: u16 = 1 << 3;
-const ATTR_USER_DEFINED: u16 = 1 << 4;
-const ATTR_BYTE: u16 = 1 << 5;
+pub(crate) const ATTR_UNKNOWN: u16 = 1 << 0;
+pub(crate) const ATTR_UNUSED: u16 = 1 << 1;
+pub(crate) const ATTR_NORMAL: u16 = 1 << 2;
+pub(crate) const ATTR_CONTROL: u16 = 1 << 3;
+pub(crate) const ATTR_USER_DEFINED: u16 = 1 << 4;
+pub(crate) const ATTR_BYTE: u16 = 1 << 5;
 
 /// Tokens hidden from plain decoding and, without `parse_special`, never matched in text.
-const ATTR_HIDDEN: u16 = ATTR_UNKNOWN | ATTR_CONTROL;
+pub(crate) const ATTR_HIDDEN: u16 = ATTR_UNKNOWN | ATTR_CONTROL;
 
-/// Marks "no id" in the per-byte tables and BPE symbols.
-const NO_ID: u32 = u32::MAX;
+/// Marks "no id" in the per-byte tables and symbol lists.
+pub(crate) const NO_ID: u32 = u32::MAX;
 
-/// Hasher for the `(left, right)` merge key packed into a u64: the default
-/// SipHash is needlessly slow for the hot loop of BPE.
-#[derive(Default)]
-struct PairHasher(u64);
-
-impl Hasher for PairHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        // Fibonacci hashing; the high bits are well mixed, then folded down.
-        let h = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = h ^ (h >> 29);
-    }
+/// The tokenizer model named by `tokenizer.ggml.model` (boxed: both hold
+/// per-byte tables).
+enum Model {
+    /// `gpt2`: byte-level BPE.
+    Bpe(Box<Bpe>),
+    /// `llama`: SentencePiece.
+    Spm(Box<Spm>),
 }
 
-type PairMap = HashMap<u64, Merge, BuildHasherDefault<PairHasher>>;
-
-#[derive(Clone, Copy)]
-struct Merge {
-    rank: u32,
-    /// Interned id of the merged string (a vocab id, or an id past the vocab
-    /// when the merge result is not itself a token).
-    merged: u32,
-}
-
-#[inline]
-fn pair_key(a: u32, b: u32) -> u64 {
-    ((a as u64) << 32) | b as u64
-}
-
-/// A byte-level BPE tokenizer reproducing llama.cpp's `gpt2` tokenizer.
+/// A tokenizer reproducing llama.cpp's: byte-level BPE (`gpt2`) or
+/// SentencePiece (`llama`), chosen by the model file.
 pub struct Tokenizer {
     /// Token texts as llama.cpp holds them (an empty GGUF string becomes `[EMPTY_<id>]`).
     tokens: Vec<String>,
     attrs: Vec<u16>,
     /// Text -> id; with duplicate texts the last id wins, as in llama.cpp.
-    text_to_id: HashMap<String, u32>,
-    merges: PairMap,
-    /// Interned id of the one-character string each byte becomes, or NO_ID.
-    byte_sym: [u32; 256],
-    /// Token whose text is exactly this ASCII byte, or NO_ID (BPE's last-resort fallback).
-    ascii_tok: [u32; 128],
-    /// Tokens split out of raw text before BPE, longest text first.
-    special: Vec<u32>,
+    text_to_id: FastMap<String, u32>,
+    model: Model,
+    /// Tokens split out of raw text before the model encodes it.
+    specials: Specials,
     /// Concatenated pieces (bytes each token renders to with specials shown).
     pieces: Vec<u8>,
     piece_off: Vec<u32>,
@@ -81,21 +55,19 @@ pub struct Tokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
-    pre: PreTokenizer,
     chat_template: Option<String>,
     vocab_hash: u64,
 }
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer")
-            .field("vocab_size", &self.tokens.len())
-            .field("merges", &self.merges.len())
-            .field("pre", &self.pre)
-            .field("bos", &self.bos)
-            .field("eos", &self.eos)
-            .field("eog", &self.eog)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("Tokenizer");
+        d.field("vocab_size", &self.tokens.len());
+        match &self.model {
+            Model::Bpe(m) => d.field("model", m),
+            Model::Spm(m) => d.field("model", m),
+        };
+        d.field("specials", &self.specials).field("bos", &self.bos).field("eos", &self.eos).field("eog", &self.eog).finish_non_exhaustive()
     }
 }
 
@@ -105,7 +77,7 @@ const _: () = {
     assert_send_sync::<Tokenizer>();
 };
 
-fn string_array<'a>(g: &'a Gguf, key: &str) -> Result<Option<Vec<&'a str>>, TokenizerError> {
+pub(crate) fn string_array<'a>(g: &'a Gguf, key: &str) -> Result<Option<Vec<&'a str>>, TokenizerError> {
     let Some(v) = g.get(key) else { return Ok(None) };
     let arr =
         v.as_array().ok_or_else(|| TokenizerError::WrongType { key: key.into(), expected: "array of strings", found: v.type_name() })?;
@@ -117,7 +89,7 @@ fn string_array<'a>(g: &'a Gguf, key: &str) -> Result<Option<Vec<&'a str>>, Toke
         .map(Some)
 }
 
-fn opt_str<'a>(g: &'a Gguf, key: &str) -> Result<Option<&'a str>, TokenizerError> {
+pub(crate) fn opt_str<'a>(g: &'a Gguf, key: &str) -> Result<Option<&'a str>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
         Some(v) => {
@@ -126,7 +98,7 @@ fn opt_str<'a>(g: &'a Gguf, key: &str) -> Result<Option<&'a str>, TokenizerError
     }
 }
 
-fn opt_u64(g: &Gguf, key: &str) -> Result<Option<u64>, TokenizerError> {
+pub(crate) fn opt_u64(g: &Gguf, key: &str) -> Result<Option<u64>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or_else(|| TokenizerError::WrongType {
@@ -137,7 +109,7 @@ fn opt_u64(g: &Gguf, key: &str) -> Result<Option<u64>, TokenizerError> {
     }
 }
 
-fn opt_bool(g: &Gguf, key: &str) -> Result<Option<bool>, TokenizerError> {
+pub(crate) fn opt_bool(g: &Gguf, key: &str) -> Result<Option<bool>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
         Some(v) => {
@@ -233,45 +205,25 @@ const DEPRECATED_FIM: &[(&str, &str)] = &[
     ("tokenizer.ggml.middle_token_id", "tokenizer.ggml.fim_mid_token_id"),
 ];
 
-/// One BPE symbol: a byte range of the word, the interned id of its text, and
-/// list links (merged-away symbols keep `len == 0`).
-#[derive(Clone, Copy)]
-struct Sym {
-    start: u32,
-    len: u32,
-    id: u32,
-    prev: u32,
-    next: u32,
-}
-
-/// A queued merge: (rank, left index) orders it like llama.cpp's queue (lowest
-/// rank, then leftmost); (right index, left id, right id) detect stale entries.
-type Bigram = (u32, u32, u32, u32, u32);
-
-/// Reusable buffers for encoding, so a long text does not allocate per word.
-#[derive(Default)]
-struct Scratch {
-    syms: Vec<Sym>,
-    heap: BinaryHeap<Reverse<Bigram>>,
-    words: Vec<(usize, usize)>,
-}
-
-enum Frag {
-    Text(usize, usize),
-    Token(u32),
-}
-
 impl Tokenizer {
     /// Builds the tokenizer from `tokenizer.*` metadata, deriving token
     /// attributes, special ids and end-of-generation tokens the way llama.cpp does.
     pub fn from_gguf(g: &Gguf) -> Result<Self, TokenizerError> {
         let model = opt_str(g, "tokenizer.ggml.model")?.ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.model".into()))?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(model.into()));
-        }
-        // llama.cpp falls back to a "default" pre-tokenizer we do not implement.
-        let pre_name = opt_str(g, "tokenizer.ggml.pre")?.unwrap_or("default");
-        let pre = PreTokenizer::from_name(pre_name).ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_name.into()))?;
+        let spm = match model {
+            "gpt2" => false,
+            "llama" => true,
+            _ => return Err(TokenizerError::UnsupportedModel(model.into())),
+        };
+        // SentencePiece has no pre-tokenizer: llama.cpp ignores `tokenizer.ggml.pre`
+        // there. For BPE, llama.cpp falls back to a "default" pre-tokenizer we do
+        // not implement.
+        let pre = if spm {
+            None
+        } else {
+            let pre_name = opt_str(g, "tokenizer.ggml.pre")?.unwrap_or("default");
+            Some(PreTokenizer::from_name(pre_name).ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_name.into()))?)
+        };
 
         let raw_tokens =
             string_array(g, "tokenizer.ggml.tokens")?.ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.tokens".into()))?;
@@ -279,13 +231,12 @@ impl Tokenizer {
         if n == 0 || n >= NO_ID as usize / 2 {
             return Err(TokenizerError::Invalid(format!("vocabulary has {n} tokens")));
         }
-        let merges_raw =
-            string_array(g, "tokenizer.ggml.merges")?.ok_or_else(|| TokenizerError::MissingKey("tokenizer.ggml.merges".into()))?;
         let vocab_hash = fnv1a_vocab(raw_tokens.iter().copied());
 
         // An empty token text would match everywhere when splitting out specials.
         let tokens: Vec<String> =
             raw_tokens.iter().enumerate().map(|(i, t)| if t.is_empty() { format!("[EMPTY_{i}]") } else { (*t).to_owned() }).collect();
+        drop(raw_tokens);
 
         let mut attrs = vec![ATTR_NORMAL; n];
         if let Some(v) = g.get("tokenizer.ggml.token_type") {
@@ -311,62 +262,29 @@ impl Tokenizer {
             }
         }
 
-        let mut text_to_id: HashMap<String, u32> = HashMap::with_capacity(n);
+        let mut text_to_id: FastMap<String, u32> = FastMap::with_capacity_and_hasher(n, Default::default());
         for (i, t) in tokens.iter().enumerate() {
             text_to_id.insert(t.clone(), i as u32);
         }
 
-        // --- merges: intern both halves and the result, keyed by id pair ---
-        let mut extra: HashMap<String, u32> = HashMap::new();
-        let intern = |s: &str, extra: &mut HashMap<String, u32>| -> u32 {
-            if let Some(&id) = text_to_id.get(s) {
-                return id;
-            }
-            let next = (n + extra.len()) as u32;
-            *extra.entry(s.to_owned()).or_insert(next)
-        };
-        let mut merges = PairMap::with_capacity_and_hasher(merges_raw.len(), Default::default());
-        let mut joined = String::new();
-        for (rank, m) in merges_raw.iter().enumerate() {
-            // Split at the first space after the first byte, like llama.cpp.
-            let Some(sp) = m.as_bytes().iter().skip(1).position(|&b| b == b' ').map(|p| p + 1) else {
-                continue;
-            };
-            let (a, b) = (&m[..sp], &m[sp + 1..]);
-            let ia = intern(a, &mut extra);
-            let ib = intern(b, &mut extra);
-            joined.clear();
-            joined.push_str(a);
-            joined.push_str(b);
-            let merged = intern(&joined, &mut extra);
-            // The first occurrence of a pair keeps its rank.
-            merges.entry(pair_key(ia, ib)).or_insert(Merge { rank: rank as u32, merged });
-        }
-
-        let byte_chars = byte_to_char_table();
-        let mut byte_sym = [NO_ID; 256];
-        let mut buf = [0u8; 4];
-        for (b, sym) in byte_sym.iter_mut().enumerate() {
-            let s: &str = byte_chars[b].encode_utf8(&mut buf);
-            *sym = text_to_id.get(s).or_else(|| extra.get(s)).copied().unwrap_or(NO_ID);
-        }
-        let mut ascii_tok = [NO_ID; 128];
-        for (b, t) in ascii_tok.iter_mut().enumerate() {
-            let s = (b as u8 as char).to_string();
-            *t = text_to_id.get(&s).copied().unwrap_or(NO_ID);
-        }
-
-        // --- special ids: metadata first, then detection by text ---
+        // --- special ids: model defaults, then metadata, then detection by text ---
         let valid = |id: u64| (id < n as u64).then_some(id as u32);
         let mut special_ids: HashMap<&str, u32> = HashMap::new();
-        // A gpt2 vocabulary without explicit ids defaults BOS/EOS to 11 (llama.cpp).
-        if let Some(id) = valid(11) {
-            special_ids.insert("tokenizer.ggml.bos_token_id", id);
-            special_ids.insert("tokenizer.ggml.eos_token_id", id);
+        // llama.cpp's defaults when the metadata has no ids (dropped when out of range).
+        let defaults: &[(&str, u64)] = if spm {
+            &[("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.eos_token_id", 2), ("tokenizer.ggml.unknown_token_id", 0)]
+        } else {
+            &[("tokenizer.ggml.bos_token_id", 11), ("tokenizer.ggml.eos_token_id", 11)]
+        };
+        for &(key, id) in defaults {
+            if let Some(id) = valid(id) {
+                special_ids.insert(key, id);
+            }
         }
         let keys = [
             "tokenizer.ggml.bos_token_id",
             "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.unknown_token_id",
             "tokenizer.ggml.eot_token_id",
             "tokenizer.ggml.eom_token_id",
             "tokenizer.ggml.fim_pre_token_id",
@@ -431,7 +349,8 @@ impl Tokenizer {
                 attrs[end as usize] = ATTR_USER_DEFINED;
             }
         }
-        // gemma4 / plamo: `</s>` is an ordinary token.
+        // gemma4 / plamo: `</s>` is an ordinary token. (Not in Gemma 3, whose
+        // user-defined `</s>` llama.cpp makes a control and end-of-generation token.)
         if let Some(s) = has(&eog, "</s>") {
             if has(&eog, "<|tool_response>").is_some() || has(&eog, "<|plamo:eos|>").is_some() {
                 eog.retain(|&i| i != s);
@@ -439,21 +358,27 @@ impl Tokenizer {
             }
         }
 
-        // --- tokens split out before BPE, longest first ---
-        let mut special: Vec<u32> =
-            (0..n as u32).filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0).collect();
-        special.sort_by_key(|&i| Reverse(tokens[i as usize].len()));
+        let model = match pre {
+            Some(pre) => Model::Bpe(Box::new(Bpe::from_gguf(g, pre, &text_to_id, n)?)),
+            None => {
+                let unk = special_ids.get("tokenizer.ggml.unknown_token_id").copied();
+                Model::Spm(Box::new(Spm::from_gguf(g, &tokens, &text_to_id, unk)?))
+            }
+        };
+
+        let specials = Specials::new(&tokens, &attrs);
 
         // --- pieces ---
         let mut pieces = Vec::with_capacity(tokens.iter().map(String::len).sum());
         let mut piece_off = Vec::with_capacity(n + 1);
         piece_off.push(0u32);
         for (t, &a) in tokens.iter().zip(&attrs) {
-            render_piece(t, a, &mut pieces);
+            render_piece(t, a, spm, &mut pieces);
             piece_off.push(u32::try_from(pieces.len()).map_err(|_| TokenizerError::Invalid("vocabulary text too large".into()))?);
         }
 
-        let add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(false);
+        // llama.cpp: SentencePiece vocabularies add BOS unless told otherwise.
+        let add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(spm);
         let chat_template = opt_str(g, "tokenizer.chat_template")?.map(str::to_owned);
 
         Ok(Self {
@@ -462,15 +387,12 @@ impl Tokenizer {
             tokens,
             attrs,
             text_to_id,
-            merges,
-            byte_sym,
-            ascii_tok,
-            special,
+            model,
+            specials,
             pieces,
             piece_off,
             eog,
             add_bos,
-            pre,
             chat_template,
             vocab_hash,
         })
@@ -482,136 +404,37 @@ impl Tokenizer {
     /// No BOS is added; see [`Tokenizer::add_bos`].
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
-        let mut scratch = Scratch::default();
-        for frag in self.partition(text, parse_special) {
-            match frag {
-                Frag::Token(id) => out.push(id),
-                Frag::Text(a, b) => {
-                    let mut words = std::mem::take(&mut scratch.words);
-                    words.clear();
-                    self.pre.split(&text[a..b], &mut words);
-                    for &(s, e) in &words {
-                        self.bpe_word(&text.as_bytes()[a + s..a + e], &mut out, &mut scratch);
+        let frags = self.specials.partition(text, &self.tokens, parse_special);
+        match &self.model {
+            Model::Bpe(bpe) => {
+                let mut scratch = bpe::Scratch::default();
+                for frag in frags {
+                    match frag {
+                        Frag::Token(id) => out.push(id),
+                        Frag::Text(a, b) => bpe.encode(&text[a..b], &mut out, &mut scratch),
                     }
-                    scratch.words = words;
                 }
             }
-        }
-        out
-    }
-
-    /// Splits special tokens out of the text, longest token text first, each one
-    /// at every occurrence left to right in the still-unsplit text.
-    fn partition(&self, text: &str, parse_special: bool) -> Vec<Frag> {
-        let mut frags = Vec::new();
-        if text.is_empty() {
-            return frags;
-        }
-        frags.push(Frag::Text(0, text.len()));
-        let mut next = Vec::new();
-        for &id in &self.special {
-            if !parse_special && self.attrs[id as usize] & ATTR_HIDDEN != 0 {
-                continue;
-            }
-            let needle = self.tokens[id as usize].as_str();
-            if !text.contains(needle) {
-                continue;
-            }
-            next.clear();
-            for f in frags.drain(..) {
-                let Frag::Text(mut a, b) = f else {
-                    next.push(f);
-                    continue;
-                };
-                while let Some(m) = text[a..b].find(needle) {
-                    if m > 0 {
-                        next.push(Frag::Text(a, a + m));
-                    }
-                    next.push(Frag::Token(id));
-                    a += m + needle.len();
-                }
-                if a < b {
-                    next.push(Frag::Text(a, b));
-                }
-            }
-            std::mem::swap(&mut frags, &mut next);
-        }
-        frags
-    }
-
-    /// BPE on one pre-tokenized word: repeatedly merge the adjacent pair with the
-    /// lowest merge rank (leftmost on ties), as llama.cpp's queue does.
-    fn bpe_word(&self, word: &[u8], out: &mut Vec<u32>, sc: &mut Scratch) {
-        let syms = &mut sc.syms;
-        syms.clear();
-        for (i, &b) in word.iter().enumerate() {
-            syms.push(Sym {
-                start: i as u32,
-                len: 1,
-                id: self.byte_sym[b as usize],
-                prev: if i == 0 { NO_ID } else { i as u32 - 1 },
-                next: if i + 1 == word.len() { NO_ID } else { i as u32 + 1 },
-            });
-        }
-        let heap = &mut sc.heap;
-        heap.clear();
-        let merges = &self.merges;
-        let push = |heap: &mut BinaryHeap<_>, syms: &[Sym], l: u32, r: u32| {
-            if l == NO_ID || r == NO_ID {
-                return;
-            }
-            let (li, ri) = (syms[l as usize].id, syms[r as usize].id);
-            if li == NO_ID || ri == NO_ID {
-                return;
-            }
-            if let Some(m) = merges.get(&pair_key(li, ri)) {
-                heap.push(Reverse((m.rank, l, r, li, ri)));
-            }
-        };
-        for i in 1..syms.len() as u32 {
-            push(heap, syms, i - 1, i);
-        }
-        while let Some(Reverse((rank, l, r, li, ri))) = heap.pop() {
-            let (ls, rs) = (syms[l as usize], syms[r as usize]);
-            // Stale entry: one side has merged since it was queued.
-            if ls.len == 0 || rs.len == 0 || ls.id != li || rs.id != ri {
-                continue;
-            }
-            let merged = merges[&pair_key(li, ri)].merged;
-            debug_assert_eq!(merges[&pair_key(li, ri)].rank, rank);
-            let left = &mut syms[l as usize];
-            left.len += rs.len;
-            left.id = merged;
-            left.next = rs.next;
-            syms[r as usize].len = 0;
-            if rs.next != NO_ID {
-                syms[rs.next as usize].prev = l;
-            }
-            push(heap, syms, ls.prev, l);
-            push(heap, syms, l, rs.next);
-        }
-
-        let n_vocab = self.tokens.len() as u32;
-        let mut i = if syms.is_empty() { NO_ID } else { 0 };
-        while i != NO_ID {
-            let s = syms[i as usize];
-            if s.id < n_vocab {
-                out.push(s.id);
-            } else {
-                // Not a token: llama.cpp looks up each byte of the symbol's
-                // (byte-encoded) text as a one-byte token; only ASCII can match.
-                let byte_chars = byte_to_char_table();
-                let mut buf = [0u8; 4];
-                for &b in &word[s.start as usize..(s.start + s.len) as usize] {
-                    for &u in byte_chars[b as usize].encode_utf8(&mut buf).as_bytes() {
-                        if u < 128 && self.ascii_tok[u as usize] != NO_ID {
-                            out.push(self.ascii_tok[u as usize]);
+            Model::Spm(spm) => {
+                let mut scratch = spm::Scratch::default();
+                // As in llama.cpp, the start of the text counts as following a
+                // special token (whether or not a BOS will precede it).
+                let mut after_special = true;
+                for frag in frags {
+                    match frag {
+                        Frag::Token(id) => {
+                            out.push(id);
+                            after_special = true;
+                        }
+                        Frag::Text(a, b) => {
+                            spm.encode(&text[a..b], after_special, &self.text_to_id, &mut out, &mut scratch);
+                            after_special = false;
                         }
                     }
                 }
             }
-            i = s.next;
         }
+        out
     }
 
     #[inline]
@@ -623,29 +446,43 @@ impl Tokenizer {
         &self.pieces[self.piece_off[i] as usize..self.piece_off[i + 1] as usize]
     }
 
-    /// Decodes ids to text; control and unknown tokens render as nothing.
-    /// Invalid UTF-8 is replaced only once, over the whole byte string, so a
-    /// character split across tokens survives.
-    pub fn decode(&self, ids: &[u32]) -> String {
+    /// Whether detokenizing drops one leading space of the first token: llama.cpp
+    /// does so for vocabularies that add a space prefix when encoding, so that
+    /// decoding a whole encoded text gives it back.
+    fn strip_first_space(&self) -> bool {
+        matches!(&self.model, Model::Spm(m) if m.add_space_prefix())
+    }
+
+    fn detokenize(&self, ids: &[u32], special: bool) -> String {
         let mut bytes = Vec::new();
-        for &id in ids {
-            bytes.extend_from_slice(self.token_bytes(id));
+        for (i, &id) in ids.iter().enumerate() {
+            let mut p = if special { self.piece(id) } else { self.token_bytes(id) };
+            if i == 0 && self.strip_first_space() {
+                p = p.strip_prefix(b" ").unwrap_or(p);
+            }
+            bytes.extend_from_slice(p);
         }
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Decodes ids to text; control and unknown tokens render as nothing.
+    /// Invalid UTF-8 is replaced only once, over the whole byte string, so a
+    /// character split across tokens survives. For a SentencePiece vocabulary
+    /// with `add_space_prefix`, the first token's leading space is dropped
+    /// (llama.cpp's `llama_detokenize`); [`crate::StreamDecoder`] keeps it.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.detokenize(ids, false)
     }
 
     /// Like [`Tokenizer::decode`] but control tokens render as their text
     /// (llama.cpp's `special = true`), e.g. for showing a full prompt.
     pub fn decode_special(&self, ids: &[u32]) -> String {
-        let mut bytes = Vec::new();
-        for &id in ids {
-            bytes.extend_from_slice(self.piece(id));
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
+        self.detokenize(ids, true)
     }
 
     /// The raw bytes token `id` decodes to; empty for control/unknown tokens and
-    /// for ids outside the vocabulary. A piece may be part of a UTF-8 character.
+    /// for ids outside the vocabulary. A piece may be part of a UTF-8 character
+    /// (byte-level BPE tokens and SentencePiece's `<0xXX>` byte tokens).
     pub fn token_bytes(&self, id: u32) -> &[u8] {
         match self.attrs.get(id as usize) {
             Some(&a) if a & ATTR_HIDDEN == 0 => self.piece(id),
@@ -653,8 +490,8 @@ impl Tokenizer {
         }
     }
 
-    /// The vocabulary text of `id` as stored (byte-level characters such as `Ġ`
-    /// included); empty for ids outside the vocabulary.
+    /// The vocabulary text of `id` as stored (byte-level characters such as `Ġ`,
+    /// or SentencePiece's `▁`, included); empty for ids outside the vocabulary.
     pub fn token_str(&self, id: u32) -> &str {
         self.tokens.get(id as usize).map_or("", String::as_str)
     }
@@ -671,13 +508,15 @@ impl Tokenizer {
         self.eos
     }
 
-    /// Whether prompts should start with BOS (`tokenizer.ggml.add_bos_token`).
+    /// Whether prompts should start with BOS (`tokenizer.ggml.add_bos_token`;
+    /// llama.cpp defaults it to true for SentencePiece and false for BPE).
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
 
     /// End-of-generation: EOS, EOT/EOM and the tokens llama.cpp recognises by
-    /// text (`<|im_end|>`, `<|endoftext|>`, ... and the FIM pad/repo/sep tokens).
+    /// text (`<|im_end|>`, `<end_of_turn>`, `<|endoftext|>`, ... and the FIM
+    /// pad/repo/sep tokens).
     pub fn is_eog(&self, id: u32) -> bool {
         self.eog.binary_search(&id).is_ok()
     }
@@ -701,10 +540,19 @@ impl Tokenizer {
 
 /// The bytes a token renders to when specials are shown (llama.cpp's
 /// `token_to_piece(special = true)`).
-fn render_piece(text: &str, attr: u16, out: &mut Vec<u8>) {
+fn render_piece(text: &str, attr: u16, spm: bool, out: &mut Vec<u8>) {
     if attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED) != 0 {
         out.extend_from_slice(text.as_bytes());
+    } else if attr & ATTR_NORMAL != 0 && spm {
+        // SentencePiece: `▁` stands for a space.
+        for c in text.chars() {
+            match c {
+                '▁' => out.push(b' '),
+                c => out.extend_from_slice(c.encode_utf8(&mut [0u8; 4]).as_bytes()),
+            }
+        }
     } else if attr & ATTR_NORMAL != 0 {
+        // Byte-level BPE: each character stands for one byte.
         for c in text.chars() {
             match char_to_byte(c) {
                 Some(b) => out.push(b),
@@ -721,10 +569,36 @@ fn render_piece(text: &str, attr: u16, out: &mut Vec<u8>) {
             }
         }
     } else if attr & ATTR_BYTE != 0 {
-        // `<0xAB>`; llama.cpp's strtol yields 0 on garbage.
-        let b = text.get(3..5).and_then(|h| u8::from_str_radix(h, 16).ok()).unwrap_or(0);
-        out.push(b);
+        out.push(byte_token_value(text));
     }
+}
+
+/// The byte of a `<0xAB>` byte token. llama.cpp reads it with
+/// `strtol(text.substr(3, 2), NULL, 16)`, truncated to a char: on malformed
+/// texts that gives leading whitespace skipped, a sign honoured, an optional
+/// `0x` prefix, as many hex digits as there are, and 0 when there are none.
+fn byte_token_value(text: &str) -> u8 {
+    let s = text.as_bytes().get(3..).unwrap_or(&[]);
+    let s = &s[..s.len().min(2)];
+    let mut i = 0;
+    while i < s.len() && matches!(s[i], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
+        i += 1;
+    }
+    let neg = i < s.len() && s[i] == b'-';
+    if i < s.len() && (s[i] == b'-' || s[i] == b'+') {
+        i += 1;
+    }
+    // A "0x" prefix counts only when a hex digit follows it.
+    if i + 2 < s.len() && s[i] == b'0' && (s[i + 1] | 0x20) == b'x' && s[i + 2].is_ascii_hexdigit() {
+        i += 2;
+    }
+    let mut v: i64 = 0;
+    while i < s.len() {
+        let Some(d) = (s[i] as char).to_digit(16) else { break };
+        v = v * 16 + d as i64;
+        i += 1;
+    }
+    (if neg { -v } else { v }) as u8
 }
 
 #[cfg(test)]
@@ -808,9 +682,16 @@ mod tests {
     fn missing_and_wrong_metadata() {
         assert!(matches!(
             tiny(|w| {
+                w.set("tokenizer.ggml.model", Value::String("bert".into()));
+            }),
+            Err(TokenizerError::UnsupportedModel(m)) if m == "bert"
+        ));
+        // `llama` is SentencePiece, which needs scores this vocabulary lacks.
+        assert!(matches!(
+            tiny(|w| {
                 w.set("tokenizer.ggml.model", Value::String("llama".into()));
             }),
-            Err(TokenizerError::UnsupportedModel(m)) if m == "llama"
+            Err(TokenizerError::MissingKey(k)) if k == "tokenizer.ggml.scores"
         ));
         assert!(matches!(
             tiny(|w| {
@@ -835,6 +716,28 @@ mod tests {
         w.set("tokenizer.ggml.pre", Value::String("smollm".into()));
         let g = Gguf::from_bytes(w.to_bytes().unwrap()).unwrap();
         assert!(matches!(Tokenizer::from_gguf(&g), Err(TokenizerError::MissingKey(k)) if k == "tokenizer.ggml.tokens"));
+    }
+
+    #[test]
+    fn byte_token_values_follow_strtol() {
+        assert_eq!(byte_token_value("<0x41>"), 0x41);
+        assert_eq!(byte_token_value("<0xff>"), 0xff);
+        // Malformed texts, read the way llama.cpp's strtol reads them.
+        assert_eq!(byte_token_value("<0x4G>"), 4);
+        assert_eq!(byte_token_value("<0xG4>"), 0);
+        assert_eq!(byte_token_value("<0x 7>"), 7);
+        assert_eq!(byte_token_value("<0x-1>"), 0xff);
+        assert_eq!(byte_token_value("<0x0x>"), 0);
+        assert_eq!(byte_token_value("<0xA"), 0xa);
+        assert_eq!(byte_token_value("<0"), 0);
+        assert_eq!(byte_token_value("<0xé>"), 0);
+    }
+
+    #[test]
+    fn fallback_template_is_chatml_without_gemma_turns() {
+        let t = tiny(|_| {}).unwrap();
+        let out = crate::ChatTemplate::fallback(&t).render(&[crate::ChatMessage::new("user", "Hi")], true, "", "").unwrap();
+        assert_eq!(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     }
 
     #[test]
