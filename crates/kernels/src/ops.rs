@@ -176,6 +176,29 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
     }
 }
 
+/// gelu's tanh approximation as a sigmoid: 0.5·(1 + tanh(u)) = σ(2u), with
+/// 2u = x · (GELU_A + GELU_B · x²).
+pub(crate) const GELU_A: f32 = 1.595_769_1; // 2·√(2/π)
+pub(crate) const GELU_B: f32 = 0.071_354_82; // 2·√(2/π)·0.044715
+
+/// Scalar twin of the SIMD `gelu_mul` for one element.
+#[inline]
+pub fn gelu_mul_scalar(g: f32, u: f32) -> f32 {
+    let z = g * GELU_B.mul_add(g * g, GELU_A);
+    g / (1.0 + exp_scalar(-z)) * u
+}
+
+/// g = gelu(g) · u (GeGLU), gelu with its tanh approximation.
+#[inline]
+pub fn gelu_mul(g: &mut [f32], u: &[f32]) {
+    assert_eq!(g.len(), u.len());
+    match simd_level() {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::gelu_mul(g, u) },
+        _ => g.iter_mut().zip(u).for_each(|(gi, ui)| *gi = gelu_mul_scalar(*gi, *ui)),
+    }
+}
+
 /// out = x / sqrt(mean(x²) + eps) · w
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let ss = dot_f32(x, x);
@@ -271,6 +294,10 @@ mod tests {
                 let mut g1 = a.clone();
                 crate::simd::avx2::silu_mul(&mut g1, &b);
                 let g2: Vec<f32> = a.iter().zip(&b).map(|(g, u)| g / (1.0 + exp_scalar(-g)) * u).collect();
+                assert!(g1.iter().zip(&g2).all(|(p, q)| p.to_bits() == q.to_bits()));
+                let mut g1 = a.clone();
+                crate::simd::avx2::gelu_mul(&mut g1, &b);
+                let g2: Vec<f32> = a.iter().zip(&b).map(|(g, u)| gelu_mul_scalar(*g, *u)).collect();
                 assert!(g1.iter().zip(&g2).all(|(p, q)| p.to_bits() == q.to_bits()));
                 let mut y1 = b.clone();
                 crate::simd::avx2::axpy(&mut y1, 0.3, &a);

@@ -561,6 +561,37 @@ pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
     }
 }
 
+/// g = gelu(g) · u with gelu's tanh approximation written as a sigmoid
+/// (see `ops::gelu_mul_scalar`, the twin); tail lanes use the twin.
+///
+/// # Safety
+/// AVX2, FMA and F16C available (the module's safety contract); `g.len() == u.len()`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gelu_mul(g: &mut [f32], u: &[f32]) {
+    use crate::ops::{GELU_A, GELU_B};
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let n = g.len().min(u.len());
+        let full = n / 8 * 8;
+        let one = _mm256_set1_ps(1.0);
+        let zero = _mm256_setzero_ps();
+        let (ca, cb) = (_mm256_set1_ps(GELU_A), _mm256_set1_ps(GELU_B));
+        let mut i = 0;
+        while i < full {
+            let gv = _mm256_loadu_ps(g.as_ptr().add(i));
+            let z = _mm256_mul_ps(gv, _mm256_fmadd_ps(cb, _mm256_mul_ps(gv, gv), ca));
+            let e = exp8(_mm256_sub_ps(zero, z));
+            let s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(g.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(u.as_ptr().add(i))));
+            i += 8;
+        }
+        for j in full..n {
+            g[j] = crate::ops::gelu_mul_scalar(g[j], u[j]);
+        }
+    }
+}
+
 /// Packed Q4x8 kernel: MR activation rows × the 8 columns of group `grp`
 /// (see `pack`); mirrors `pack::dot_q4x8_scalar` lane for lane.
 ///
