@@ -298,6 +298,8 @@ impl Batch {
         if let Some(n) = best {
             if let Some(k) = self.kept.iter_mut().filter(|k| shared(&k.tokens) == n).max_by_key(|k| k.used) {
                 slot.session.cache.copy_prefix_from(&k.cache, n);
+                // a sliding-window cache may hold less than asked
+                let n = slot.session.cache.len();
                 slot.session.tokens.clear();
                 slot.session.tokens.extend_from_slice(&prompt[..n]);
                 slot.session.logits.clear();
@@ -317,6 +319,13 @@ impl Batch {
         }
         if !ready {
             s.truncate(common);
+            if s.tokens.len() < common {
+                // a sliding-window cache could not go back that far
+                common = s.tokens.len();
+                if let Some(sp) = slot.spec.as_mut() {
+                    sp.begin(&prompt[..common])?;
+                }
+            }
         }
         if common > 0 {
             self.hits += 1;

@@ -223,10 +223,12 @@ impl Session {
     }
 
     /// Drop everything after the first `n` tokens (logits become stale: the
-    /// caller must evaluate at least one more token before sampling).
+    /// caller must evaluate at least one more token before sampling). A
+    /// model with sliding-window layers may keep fewer (see
+    /// `KvCache::keepable`): `tokens` says what is held.
     pub fn truncate(&mut self, n: usize) {
         self.cache.truncate(n);
-        self.tokens.truncate(n);
+        self.tokens.truncate(self.cache.len());
         self.logits.clear();
     }
 
@@ -291,6 +293,7 @@ impl Session {
             common -= 1;
         }
         self.truncate(common);
+        let common = self.tokens.len();
         match decoder.taps().is_empty() {
             true => self.feed(&prompt[common..])?,
             false => {

@@ -11,7 +11,17 @@ pub enum RopeStyle {
     Halves,
 }
 
-/// Hyper-parameters of a llama-family model, read from GGUF metadata.
+/// The feed-forward's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// silu(gate) · up (llama, qwen2).
+    SwiGlu,
+    /// gelu(gate) · up with gelu's tanh approximation (gemma).
+    GeGlu,
+}
+
+/// Hyper-parameters of a decoder-only transformer (llama, mistral, qwen2,
+/// gemma3), read from GGUF metadata.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub arch: String,
@@ -28,6 +38,20 @@ pub struct Config {
     pub rope_scale: f32,
     pub rope_style: RopeStyle,
     pub eps: f32,
+    /// Embedding rows are multiplied by this (√width for gemma, else 1).
+    pub embed_scale: f32,
+    /// Attention scores are `q·k · attn_scale`.
+    pub attn_scale: f32,
+    pub act: Activation,
+    /// Sliding-window size of the local layers (a row at position p attends
+    /// to positions p − window + 1 ..= p), or 0 when every layer is global.
+    pub window: usize,
+    /// Per layer: whether it attends over the sliding window only.
+    pub local: Vec<bool>,
+    /// RoPE base of the local layers (their frequency scale is 1).
+    pub rope_base_local: f32,
+    /// Logits become `cap · tanh(logit / cap)` when set.
+    pub logit_softcap: Option<f32>,
 }
 
 impl Config {
@@ -38,11 +62,21 @@ impl Config {
         self.n_head * self.head_dim
     }
 
+    /// The sliding window of layer `l`, if it is a local layer.
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        (self.window > 0 && self.local.get(l).copied().unwrap_or(false)).then_some(self.window)
+    }
+
+    /// Whether any layer attends over a sliding window.
+    pub fn has_window(&self) -> bool {
+        (0..self.n_layer).any(|l| self.layer_window(l).is_some())
+    }
+
     pub fn from_gguf(g: &Gguf) -> Result<Self, ModelError> {
         let arch = g.get_str("general.architecture")?.to_string();
         let rope_style = match arch.as_str() {
             "llama" | "mistral" => RopeStyle::Pairs,
-            "qwen2" => RopeStyle::Halves,
+            "qwen2" | "gemma3" => RopeStyle::Halves,
             _ => return Err(ModelError::UnsupportedArch(arch)),
         };
         let key = |k: &str| format!("{arch}.{k}");
@@ -58,7 +92,8 @@ impl Config {
                 "implausible sizes: {n_layer} layers, width {d_model}, {n_head} heads, {n_kv_head} kv heads"
             )));
         }
-        if n_head % n_kv_head != 0 || d_model % n_head != 0 {
+        let gemma = arch == "gemma3";
+        if n_head % n_kv_head != 0 || (!gemma && d_model % n_head != 0) {
             return Err(ModelError::BadConfig(format!("{n_head} heads / {n_kv_head} kv heads / width {d_model} do not divide")));
         }
         let head_dim = match g.get(&key("attention.key_length")) {
@@ -69,7 +104,7 @@ impl Config {
             Some(v) => v.as_u64().unwrap_or(head_dim as u64) as usize,
             None => head_dim,
         };
-        if head_dim == 0 || head_dim % 2 != 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
+        if head_dim == 0 || head_dim > 4096 || head_dim % 2 != 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(ModelError::BadConfig(format!("head dim {head_dim}, rope dim {rope_dim}")));
         }
         let rope_base = g.get(&key("rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10000.0) as f32;
@@ -82,7 +117,41 @@ impl Config {
             Some(v) => v as usize,
             None => g.get_array("tokenizer.ggml.tokens")?.len(),
         };
+        let f = |k: &str| g.get(&key(k)).and_then(|v| v.as_f64());
+        // gemma3: local layers with a sliding window, every `pattern`-th
+        // layer global (llama.cpp's `set_swa_pattern`, dense last)
+        let (window, local, rope_base_local) = if gemma {
+            let window = g.get(&key("attention.sliding_window")).and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+            let pattern = g.get(&key("attention.sliding_window_pattern"));
+            let local: Vec<bool> = match pattern.and_then(|v| v.as_array()) {
+                // one flag per layer
+                Some(flags) => {
+                    if flags.len() != n_layer {
+                        return Err(ModelError::BadConfig(format!(
+                            "sliding_window_pattern has {} flags for {n_layer} layers",
+                            flags.len()
+                        )));
+                    }
+                    flags.iter().map(|v| window > 0 && v.as_bool().unwrap_or(false)).collect()
+                }
+                None => {
+                    let p = pattern.and_then(|v| v.as_u64()).unwrap_or(6) as usize;
+                    (0..n_layer).map(|l| window > 0 && (p == 0 || l % p < p - 1)).collect()
+                }
+            };
+            (window, local, f("rope.freq_base_swa").unwrap_or(10000.0) as f32)
+        } else {
+            (0, vec![false; n_layer], rope_base)
+        };
+        let logit_softcap = f("final_logit_softcapping").filter(|c| *c > 0.0).map(|c| c as f32);
         Ok(Config {
+            embed_scale: if gemma { (d_model as f32).sqrt() } else { 1.0 },
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            act: if gemma { Activation::GeGlu } else { Activation::SwiGlu },
+            window,
+            local,
+            rope_base_local,
+            logit_softcap,
             arch,
             n_layer,
             d_model,

@@ -1,11 +1,23 @@
-/// Per-layer key/value rows for positions `0..len`, f32, laid out
-/// `[position][kv_head][head_dim]`. Each layer's K and V are one allocation
-/// of the whole context, reserved at first use: the OS commits its pages as
-/// positions are written, so resident memory grows with use, and rows are
-/// never moved (growing in steps left the heap fragmented: at `--ctx 4096`
-/// the reallocations cost more resident memory than the rows themselves).
+/// Per-layer key/value rows for positions `0..len`, f32, each row laid out
+/// `[kv_head][head_dim]`.
 ///
-/// Rolling back is truncation: rows past the new length are simply forgotten.
+/// A global layer holds every position: one allocation of the whole context,
+/// reserved at first use, so the OS commits its pages as positions are
+/// written and rows are never moved (growing in steps left the heap
+/// fragmented: at `--ctx 4096` the reallocations cost more resident memory
+/// than the rows themselves).
+///
+/// A sliding-window layer (a row at position p attends to p − W + 1 ..= p)
+/// holds a ring of `cap` rows, position p in slot p mod cap. The ring keeps
+/// the window plus the rows of the widest forward pass seen (at least
+/// [`RING_EXTRA`]): those rows are written before any of them attends, and
+/// a rejected draft must leave the window of the row before it intact.
+/// The ring grows when a wider pass comes.
+///
+/// Rolling back is truncation: rows past the new length are simply
+/// forgotten. A sliding-window layer can only forget back to where its ring
+/// still holds the new last row's window ([`KvCache::keepable`]); further
+/// back, the cache starts over from empty.
 #[derive(Debug, Clone)]
 pub struct KvCache {
     n_layer: usize,
@@ -14,28 +26,102 @@ pub struct KvCache {
     len: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// Per layer: its sliding window, if it has one.
+    windows: Vec<Option<usize>>,
+    /// Per layer: ring capacity in positions (0 for a global layer, and for
+    /// a ring not allocated yet).
+    cap: Vec<usize>,
+    /// Per layer: the first position whose rows its ring still holds (the
+    /// rows before it were overwritten).
+    held_from: Vec<usize>,
 }
 
-/// A saved cache state (the rows up to its length).
+/// Rows a sliding-window ring holds beyond its window to begin with: a
+/// verify pass of up to 64 rows (rings are also multiples of this, so a
+/// block of 64 positions aligned to 64 never wraps).
+pub const RING_EXTRA: usize = 64;
+
+/// A saved cache state.
 #[derive(Debug, Clone)]
-pub struct KvSnapshot {
-    len: usize,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-}
+pub struct KvSnapshot(KvCache);
 
 impl KvSnapshot {
     pub fn len(&self) -> usize {
-        self.len
+        self.0.len
     }
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0.len == 0
     }
 }
 
+/// One layer's cached rows as attention reads them.
+#[derive(Clone, Copy)]
+pub(crate) struct LayerRows<'a> {
+    pub(crate) k: &'a [f32],
+    pub(crate) v: &'a [f32],
+    kv_dim: usize,
+    /// Ring capacity (0: positions are rows).
+    cap: usize,
+    window: Option<usize>,
+}
+
+impl LayerRows<'_> {
+    /// The first position a row at `pos` attends to.
+    #[inline]
+    pub(crate) fn first(&self, pos: usize) -> usize {
+        match self.window {
+            Some(w) => (pos + 1).saturating_sub(w),
+            None => 0,
+        }
+    }
+
+    /// Positions `a..b` as runs contiguous in memory, in order:
+    /// `f(run_start, run_end, float offset of run_start's row)`. A global
+    /// layer gives one run; a ring gives two where the range wraps.
+    #[inline]
+    pub(crate) fn runs(&self, a: usize, b: usize, mut f: impl FnMut(usize, usize, usize)) {
+        if a >= b {
+            return;
+        }
+        if self.cap == 0 {
+            return f(a, b, a * self.kv_dim);
+        }
+        let mut p = a;
+        while p < b {
+            let slot = p % self.cap;
+            let end = b.min(p + self.cap - slot);
+            f(p, end, slot * self.kv_dim);
+            p = end;
+        }
+    }
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
 impl KvCache {
+    /// A cache whose layers all hold every position.
     pub fn new(n_layer: usize, kv_dim: usize, ctx: usize) -> Self {
-        KvCache { n_layer, kv_dim, ctx, len: 0, k: vec![Vec::new(); n_layer], v: vec![Vec::new(); n_layer] }
+        Self::with_windows(kv_dim, ctx, &vec![None; n_layer])
+    }
+
+    /// A cache with one entry of `windows` per layer: `Some(w)` for a layer
+    /// that attends over a sliding window of `w` positions.
+    pub fn with_windows(kv_dim: usize, ctx: usize, windows: &[Option<usize>]) -> Self {
+        let n_layer = windows.len();
+        let windows = windows.iter().map(|w| w.filter(|&w| w > 0)).collect();
+        KvCache {
+            n_layer,
+            kv_dim,
+            ctx,
+            len: 0,
+            k: vec![Vec::new(); n_layer],
+            v: vec![Vec::new(); n_layer],
+            windows,
+            cap: vec![0; n_layer],
+            held_from: vec![0; n_layer],
+        }
     }
 
     /// Positions currently held.
@@ -55,19 +141,68 @@ impl KvCache {
     pub fn n_layer(&self) -> usize {
         self.n_layer
     }
+    /// Per layer: its sliding window, if it has one.
+    pub fn windows(&self) -> &[Option<usize>] {
+        &self.windows
+    }
+
+    /// Rows currently held by layer `l` (the positions of a global layer,
+    /// at most the ring of a sliding-window one).
+    pub fn rows_held(&self, l: usize) -> usize {
+        match self.windows[l] {
+            None => self.len,
+            Some(_) => self.len.saturating_sub(self.held_from[l]).min(self.cap[l]),
+        }
+    }
 
     /// Bytes of K/V data currently in use.
     pub fn bytes_used(&self) -> usize {
-        2 * self.n_layer * self.len * self.kv_dim * 4
+        (0..self.n_layer).map(|l| 2 * self.rows_held(l) * self.kv_dim * 4).sum()
     }
 
-    /// Forget everything at positions ≥ `len`.
+    /// Bytes allocated for K/V rows (rings in full; a global layer's
+    /// reservation counts only as its rows are written).
+    pub fn bytes_reserved(&self) -> usize {
+        (0..self.n_layer)
+            .map(|l| match self.windows[l] {
+                None => 2 * self.len * self.kv_dim * 4,
+                Some(_) => 2 * self.cap[l] * self.kv_dim * 4,
+            })
+            .sum()
+    }
+
+    /// The longest length `≤ n` this cache can roll back to exactly: `n`
+    /// itself when every sliding-window layer still holds the window of
+    /// position `n − 1`'s successor, else 0 (start over).
+    pub fn keepable(&self, n: usize) -> usize {
+        let n = n.min(self.len);
+        let ok = (0..self.n_layer).all(|l| match self.windows[l] {
+            None => true,
+            // the first position the next row needs vs the oldest still held
+            Some(w) => n == 0 || (n + 1).saturating_sub(w) >= self.held_from[l],
+        });
+        if ok {
+            n
+        } else {
+            0
+        }
+    }
+
+    /// Forget everything at positions ≥ `len` (clamped to
+    /// [`keepable`](Self::keepable): a sliding-window cache asked to go back
+    /// further than its rings reach starts over from empty).
     pub fn truncate(&mut self, len: usize) {
         if len < self.len {
+            let len = self.keepable(len);
             self.len = len;
+            if len == 0 {
+                self.held_from.iter_mut().for_each(|h| *h = 0);
+            }
             for l in 0..self.n_layer {
-                self.k[l].truncate(len * self.kv_dim);
-                self.v[l].truncate(len * self.kv_dim);
+                if self.windows[l].is_none() {
+                    self.k[l].truncate(len * self.kv_dim);
+                    self.v[l].truncate(len * self.kv_dim);
+                }
             }
         }
     }
@@ -77,58 +212,113 @@ impl KvCache {
     }
 
     pub fn snapshot(&self) -> KvSnapshot {
-        KvSnapshot { len: self.len, k: self.k.clone(), v: self.v.clone() }
+        KvSnapshot(self.clone())
     }
 
     /// Whether `s` was taken from a cache of this shape and fits its context.
     pub fn fits(&self, s: &KvSnapshot) -> bool {
-        s.len <= self.ctx
-            && s.k.len() == self.n_layer
-            && s.v.len() == self.n_layer
-            && s.k.iter().chain(&s.v).all(|rows| rows.len() == s.len * self.kv_dim)
+        let s = &s.0;
+        s.len <= self.ctx && s.n_layer == self.n_layer && s.kv_dim == self.kv_dim && s.windows == self.windows
     }
 
     pub fn restore(&mut self, s: &KvSnapshot) {
-        self.len = s.len;
-        self.k.clone_from(&s.k);
-        self.v.clone_from(&s.v);
+        let ctx = self.ctx;
+        self.clone_from(&s.0);
+        self.ctx = ctx;
     }
 
     /// Hold the first `n` positions of `src` (a cache of the same shape),
     /// in place of what this cache held: a prompt prefix evaluated by
-    /// another sequence, reused bit for bit.
+    /// another sequence, reused bit for bit. `n` is clamped to what `src`
+    /// can keep ([`keepable`](Self::keepable)).
     pub fn copy_prefix_from(&mut self, src: &KvCache, n: usize) {
-        let n = n.min(src.len).min(self.ctx);
-        assert!(src.n_layer == self.n_layer && src.kv_dim == self.kv_dim, "copy_prefix_from: a cache of another shape");
+        let n = src.keepable(n.min(self.ctx));
+        assert!(
+            src.n_layer == self.n_layer && src.kv_dim == self.kv_dim && src.windows == self.windows,
+            "copy_prefix_from: a cache of another shape"
+        );
         for l in 0..self.n_layer {
+            let ring = self.windows[l].is_some();
+            let rows = if ring { src.cap[l] } else { n };
             for (dst, from) in [(&mut self.k[l], &src.k[l]), (&mut self.v[l], &src.v[l])] {
                 dst.clear();
-                if dst.capacity() < self.ctx * self.kv_dim {
+                if !ring && dst.capacity() < self.ctx * self.kv_dim {
                     dst.reserve_exact(self.ctx * self.kv_dim);
                 }
-                dst.extend_from_slice(&from[..n * self.kv_dim]);
+                dst.extend_from_slice(&from[..rows * self.kv_dim]);
             }
+            self.cap[l] = if ring { src.cap[l] } else { 0 };
+            self.held_from[l] = if n == 0 { 0 } else { src.held_from[l] };
         }
         self.len = n;
     }
 
     /// A copy of the first `n` positions (a kept prompt prefix; it holds
-    /// just those rows).
+    /// just those rows, or its rings), `n` clamped like
+    /// [`copy_prefix_from`](Self::copy_prefix_from).
     pub fn prefix(&self, n: usize) -> KvCache {
-        let n = n.min(self.len);
-        let rows = |v: &Vec<Vec<f32>>| v.iter().map(|r| r[..n * self.kv_dim].to_vec()).collect();
-        KvCache { n_layer: self.n_layer, kv_dim: self.kv_dim, ctx: self.ctx, len: n, k: rows(&self.k), v: rows(&self.v) }
+        let n = self.keepable(n);
+        let rows = |l: usize, v: &[f32]| match self.windows[l] {
+            None => v[..n * self.kv_dim].to_vec(),
+            Some(_) => v.to_vec(),
+        };
+        KvCache {
+            n_layer: self.n_layer,
+            kv_dim: self.kv_dim,
+            ctx: self.ctx,
+            len: n,
+            k: self.k.iter().enumerate().map(|(l, v)| rows(l, v)).collect(),
+            v: self.v.iter().enumerate().map(|(l, v)| rows(l, v)).collect(),
+            windows: self.windows.clone(),
+            cap: self.cap.clone(),
+            held_from: if n == 0 { vec![0; self.n_layer] } else { self.held_from.clone() },
+        }
+    }
+
+    /// Make layer `l`'s ring hold its window plus `m` new rows, re-laying
+    /// out the positions it holds when it grows.
+    fn ring_fit(&mut self, l: usize, w: usize, m: usize) {
+        let need = round_up((w - 1 + m.max(RING_EXTRA)).min(self.ctx.max(1)), RING_EXTRA);
+        let old = self.cap[l];
+        if need <= old {
+            return;
+        }
+        let kvd = self.kv_dim;
+        let first = self.held_from[l].max(self.len.saturating_sub(old));
+        for buf in [&mut self.k[l], &mut self.v[l]] {
+            let mut grown = vec![0f32; need * kvd];
+            for p in first..self.len {
+                let (s, d) = ((p % old) * kvd, (p % need) * kvd);
+                grown[d..d + kvd].copy_from_slice(&buf[s..s + kvd]);
+            }
+            *buf = grown;
+        }
+        self.cap[l] = need;
     }
 
     /// Append K and V rows of one layer for `m` new positions (called once per
     /// layer during a forward pass; `commit` then advances the length).
     pub(crate) fn push_layer(&mut self, layer: usize, k: &[f32], v: &[f32]) {
+        let kvd = self.kv_dim;
+        let m = k.len() / kvd.max(1);
+        if let Some(w) = self.windows[layer] {
+            self.ring_fit(layer, w, m);
+            let cap = self.cap[layer];
+            for (buf, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
+                for (i, row) in src.chunks_exact(kvd).enumerate() {
+                    let s = ((self.len + i) % cap) * kvd;
+                    buf[s..s + kvd].copy_from_slice(row);
+                }
+            }
+            self.held_from[layer] = self.held_from[layer].max((self.len + m).saturating_sub(cap));
+            return;
+        }
         for (buf, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
             let need = buf.len() + src.len();
             if need > buf.capacity() {
                 // the whole context at once (first use, or a clone, which
                 // holds just its rows)
-                buf.reserve_exact((self.ctx * self.kv_dim).max(need) - buf.len());
+                buf.reserve_exact((self.ctx * kvd).max(need) - buf.len());
             }
             buf.extend_from_slice(src);
         }
@@ -138,7 +328,15 @@ impl KvCache {
         self.len += m;
     }
 
+    /// Layer `layer`'s K and V rows of positions `0..len` (a cache whose
+    /// layers all hold every position).
     pub(crate) fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+        debug_assert!(self.windows[layer].is_none(), "layer(): a sliding-window layer");
         (&self.k[layer], &self.v[layer])
+    }
+
+    /// Layer `layer`'s rows as attention reads them.
+    pub(crate) fn rows(&self, layer: usize) -> LayerRows<'_> {
+        LayerRows { k: &self.k[layer], v: &self.v[layer], kv_dim: self.kv_dim, cap: self.cap[layer], window: self.windows[layer] }
     }
 }

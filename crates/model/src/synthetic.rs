@@ -1,5 +1,8 @@
-//! Small random llama models written as GGUF images, for tests: property tests
-//! of batch invariance and speculative exactness run on these in milliseconds.
+//! Small random models written as GGUF images, for tests: property tests
+//! of batch invariance and speculative exactness run on these in
+//! milliseconds. Llama-shaped by default; Gemma-3-shaped (Q/K norms, post
+//! norms, GeGLU, head size twice width/heads, local layers with a sliding
+//! window) with `window` set.
 
 use tandem_gguf::{GgmlType, GgufWriter, TensorData, Value};
 use tandem_kernels::quant::quantize::quantize_row;
@@ -17,6 +20,9 @@ pub struct SyntheticSpec {
     pub ty: GgmlType,
     pub tied: bool,
     pub seed: u64,
+    /// A `gemma3` model whose even layers attend over a sliding window of
+    /// this many positions (odd layers are global).
+    pub window: Option<usize>,
 }
 
 impl Default for SyntheticSpec {
@@ -32,6 +38,7 @@ impl Default for SyntheticSpec {
             ty: GgmlType::Q8_0,
             tied: true,
             seed: 1,
+            window: None,
         }
     }
 }
@@ -46,13 +53,22 @@ impl Rng {
     }
 }
 
-/// A GGUF image of a random llama model with a byte-level vocabulary
-/// (tokens 0..3 are specials, then the 256 bytes, then filler tokens).
+/// A GGUF image of a random llama (or, with `window`, gemma3) model with a
+/// byte-level vocabulary (tokens 0..3 are specials, then the 256 bytes,
+/// then filler tokens).
 pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
     let s = spec;
     let mut rng = Rng(s.seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
     let mut w = GgufWriter::new();
-    let a = "llama";
+    let a = if s.window.is_some() { "gemma3" } else { "llama" };
+    let hd = if s.window.is_some() { 2 * s.d_model / s.n_head } else { s.d_model / s.n_head };
+    if let Some(win) = s.window {
+        w.set(format!("{a}.attention.sliding_window"), Value::U32(win as u32));
+        w.set(format!("{a}.attention.sliding_window_pattern"), Value::U32(2));
+        w.set(format!("{a}.attention.key_length"), Value::U32(hd as u32));
+        w.set(format!("{a}.attention.value_length"), Value::U32(hd as u32));
+        w.set(format!("{a}.rope.freq_base_swa"), Value::F32(100.0));
+    }
     w.set("general.architecture", Value::String(a.into()));
     w.set("general.name", Value::String("synthetic".into()));
     w.set(format!("{a}.block_count"), Value::U32(s.n_layer as u32));
@@ -87,7 +103,6 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
     w.set("tokenizer.ggml.bos_token_id", Value::U32(1));
     w.set("tokenizer.ggml.eos_token_id", Value::U32(2));
 
-    let hd = s.d_model / s.n_head;
     let ws = 1.0 / (s.d_model as f32).sqrt() * 1.7;
     mat(&mut rng, &mut w, "token_embd.weight", s.d_model, s.vocab, 1.0, s.ty);
     if !s.tied {
@@ -97,6 +112,12 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
     for l in 0..s.n_layer {
         vecf(&mut rng, &mut w, &format!("blk.{l}.attn_norm.weight"), s.d_model);
         vecf(&mut rng, &mut w, &format!("blk.{l}.ffn_norm.weight"), s.d_model);
+        if s.window.is_some() {
+            vecf(&mut rng, &mut w, &format!("blk.{l}.attn_q_norm.weight"), hd);
+            vecf(&mut rng, &mut w, &format!("blk.{l}.attn_k_norm.weight"), hd);
+            vecf(&mut rng, &mut w, &format!("blk.{l}.post_attention_norm.weight"), s.d_model);
+            vecf(&mut rng, &mut w, &format!("blk.{l}.post_ffw_norm.weight"), s.d_model);
+        }
     }
     for l in 0..s.n_layer {
         let n = |x: &str| format!("blk.{l}.{x}.weight");

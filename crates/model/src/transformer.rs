@@ -1,4 +1,7 @@
-//! The llama-family forward pass (SmolLM2, Llama-3, Mistral, Qwen2).
+//! The decoder-only transformer forward pass: the llama family (SmolLM2,
+//! Llama-3, Mistral, Qwen2) and Gemma 3, whose blocks add Q/K norms, norms
+//! after attention and feed-forward, GeGLU, scaled embeddings and local
+//! layers that attend over a sliding window with their own RoPE base.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -8,14 +11,23 @@ use tandem_kernels::matmul::{matmul, matmul_many};
 use tandem_kernels::ops;
 use tandem_kernels::ThreadPool;
 
-use crate::config::{Config, RopeStyle};
+use crate::config::{Activation, Config, RopeStyle};
 use crate::kv::KvCache;
 use crate::weights::{load_opt_vec, load_vec, WeightRef};
 use crate::ModelError;
 
-/// One transformer block's weights (attention + SwiGLU feed-forward).
+/// One transformer block's weights (attention + gated feed-forward).
 pub(crate) struct Layer {
+    /// Attends over a sliding window, with the local RoPE base.
+    local: bool,
     attn_norm: Vec<f32>,
+    /// Per-head RMS norms of queries and keys, before RoPE (gemma3).
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    /// RMS norms of the attention and feed-forward outputs before they join
+    /// the residual stream (gemma3).
+    post_attn_norm: Option<Vec<f32>>,
+    post_ffn_norm: Option<Vec<f32>>,
     wq: WeightRef,
     wk: WeightRef,
     wv: WeightRef,
@@ -30,28 +42,39 @@ pub(crate) struct Layer {
 }
 
 impl Layer {
-    /// Load block `prefix` (e.g. `blk.3`) with the shapes `cfg` implies.
-    pub(crate) fn load(g: &Gguf, cfg: &Config, prefix: &str) -> Result<Self, ModelError> {
+    /// Load block `prefix` (e.g. `blk.3`) with the shapes `cfg` implies;
+    /// `local`: a sliding-window layer.
+    pub(crate) fn load(g: &Gguf, cfg: &Config, prefix: &str, local: bool) -> Result<Self, ModelError> {
+        Self::load_with(g, cfg, prefix, local, WeightRef::load_packed)
+    }
+
+    /// [`load`](Self::load) with the matrices loaded by `load_matrix`.
+    fn load_with(g: &Gguf, cfg: &Config, prefix: &str, local: bool, load_matrix: LoadMatrix) -> Result<Self, ModelError> {
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
         let n = |s: &str| format!("{prefix}.{s}");
         Ok(Layer {
+            local,
             attn_norm: load_vec(g, &n("attn_norm.weight"), d)?,
-            wq: WeightRef::load_packed(g, &n("attn_q.weight"), d, qd)?,
-            wk: WeightRef::load_packed(g, &n("attn_k.weight"), d, kvd)?,
-            wv: WeightRef::load_packed(g, &n("attn_v.weight"), d, kvd)?,
+            q_norm: load_opt_vec(g, &n("attn_q_norm.weight"), cfg.head_dim)?,
+            k_norm: load_opt_vec(g, &n("attn_k_norm.weight"), cfg.head_dim)?,
+            post_attn_norm: load_opt_vec(g, &n("post_attention_norm.weight"), d)?,
+            post_ffn_norm: load_opt_vec(g, &n("post_ffw_norm.weight"), d)?,
+            wq: load_matrix(g, &n("attn_q.weight"), d, qd)?,
+            wk: load_matrix(g, &n("attn_k.weight"), d, kvd)?,
+            wv: load_matrix(g, &n("attn_v.weight"), d, kvd)?,
             bq: load_opt_vec(g, &n("attn_q.bias"), qd)?,
             bk: load_opt_vec(g, &n("attn_k.bias"), kvd)?,
             bv: load_opt_vec(g, &n("attn_v.bias"), kvd)?,
-            wo: WeightRef::load_packed(g, &n("attn_output.weight"), qd, d)?,
+            wo: load_matrix(g, &n("attn_output.weight"), qd, d)?,
             ffn_norm: load_vec(g, &n("ffn_norm.weight"), d)?,
-            w_gate: WeightRef::load_packed(g, &n("ffn_gate.weight"), d, f)?,
-            w_up: WeightRef::load_packed(g, &n("ffn_up.weight"), d, f)?,
-            w_down: WeightRef::load_packed(g, &n("ffn_down.weight"), f, d)?,
+            w_gate: load_matrix(g, &n("ffn_gate.weight"), d, f)?,
+            w_up: load_matrix(g, &n("ffn_up.weight"), d, f)?,
+            w_down: load_matrix(g, &n("ffn_down.weight"), f, d)?,
         })
     }
 
     /// Run the block on the `m` residual rows in `s.x` (RoPE angles already in
-    /// `s.cs`), appending their K/V rows to layer `li` of the cache(s) in `kv`.
+    /// `s.cs`, and in `s.cs_local` for a local layer), appending their K/V rows to layer `li` of the cache(s) in `kv`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(&self, pool: &ThreadPool, g: &Gguf, cfg: &Config, kv: &mut Kv, li: usize, m: usize, s: &mut Scratch) {
         let ly = self;
@@ -74,8 +97,18 @@ impl Layer {
                 }
             }
         }
+        for (buf, norm, width) in [(&mut s.q, &ly.q_norm, qd), (&mut s.k, &ly.k_norm, kvd)] {
+            if let Some(w) = norm {
+                let t = resize(&mut s.head, hd);
+                for head in buf[..m * width].chunks_exact_mut(hd) {
+                    t.copy_from_slice(head);
+                    ops::rmsnorm(t, w, cfg.eps, head);
+                }
+            }
+        }
+        let cs_all = if ly.local { &s.cs_local } else { &s.cs };
         for i in 0..m {
-            let cs = &s.cs[i * half..(i + 1) * half];
+            let cs = &cs_all[i * half..(i + 1) * half];
             for hq in s.q[i * qd..(i + 1) * qd].chunks_exact_mut(hd) {
                 rope(cfg.rope_style, &mut hq[..cfg.rope_dim], cs);
             }
@@ -96,7 +129,7 @@ impl Layer {
         attention(pool, cfg, kv, li, m, &s.q[..m * qd], att);
         let o = resize(&mut s.o, m * d);
         matmul(pool, &ly.wo.view(g), att, m, o);
-        s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+        add_residual(cfg, &mut s.x[..m * d], &mut s.o[..m * d], &ly.post_attn_norm, &mut s.h);
 
         // --- feed-forward ---
         let h = resize(&mut s.h, m * d);
@@ -106,12 +139,32 @@ impl Layer {
         let gt = resize(&mut s.g, m * f);
         let up = resize(&mut s.u, m * f);
         matmul_many(pool, &[&ly.w_gate.view(g), &ly.w_up.view(g)], h, m, &mut [gt, up]);
-        ops::silu_mul(&mut s.g[..m * f], &s.u[..m * f]);
+        match cfg.act {
+            Activation::SwiGlu => ops::silu_mul(&mut s.g[..m * f], &s.u[..m * f]),
+            Activation::GeGlu => ops::gelu_mul(&mut s.g[..m * f], &s.u[..m * f]),
+        }
         let o = resize(&mut s.o, m * d);
         matmul(pool, &ly.w_down.view(g), &s.g[..m * f], m, o);
-        s.x[..m * d].iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+        add_residual(cfg, &mut s.x[..m * d], &mut s.o[..m * d], &ly.post_ffn_norm, &mut s.h);
     }
 }
+
+/// `x += o` row by row, with `o` first RMS-normed by `post_norm` where the
+/// block has one (`tmp`: scratch).
+fn add_residual(cfg: &Config, x: &mut [f32], o: &mut [f32], post_norm: &Option<Vec<f32>>, tmp: &mut Vec<f32>) {
+    let d = cfg.d_model;
+    if let Some(w) = post_norm {
+        let t = resize(tmp, d);
+        for row in o.chunks_exact_mut(d) {
+            t.copy_from_slice(row);
+            ops::rmsnorm(t, w, cfg.eps, row);
+        }
+    }
+    x.iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+}
+
+/// How a matrix is loaded (packed for the kernels, or dequantized).
+type LoadMatrix = fn(&Gguf, &str, usize, usize) -> Result<WeightRef, ModelError>;
 
 /// A loaded model. Weights stay in the GGUF map; only norms and biases are copied.
 pub struct Model {
@@ -178,7 +231,10 @@ pub(crate) struct Scratch {
     o: Vec<f32>,
     g: Vec<f32>,
     u: Vec<f32>,
+    head: Vec<f32>,
     pub(crate) cs: Vec<(f32, f32)>,
+    /// RoPE angles of the local layers (their own base).
+    pub(crate) cs_local: Vec<(f32, f32)>,
 }
 
 thread_local! {
@@ -207,6 +263,18 @@ impl Model {
     }
 
     pub fn from_gguf(g: Arc<Gguf>) -> Result<Self, ModelError> {
+        Self::from_gguf_with(g, WeightRef::load_packed)
+    }
+
+    /// The model with every matrix dequantized to f32 and activations never
+    /// quantized: what the file's weights compute without the rounding of
+    /// int8 activations. Several times slower and larger; a reference for
+    /// checking numbers against other engines.
+    pub fn from_gguf_f32(g: Arc<Gguf>) -> Result<Self, ModelError> {
+        Self::from_gguf_with(g, WeightRef::load_f32)
+    }
+
+    fn from_gguf_with(g: Arc<Gguf>, load_matrix: LoadMatrix) -> Result<Self, ModelError> {
         let cfg = Config::from_gguf(&g)?;
         let d = cfg.d_model;
         // an embedding table that is only looked up stays in the map, so only
@@ -214,15 +282,15 @@ impl Model {
         // output head and is packed for it
         let tied = g.tensor_info("output.weight").is_none();
         let tok_embd = if tied {
-            WeightRef::load_packed(&g, "token_embd.weight", d, cfg.vocab)?
+            load_matrix(&g, "token_embd.weight", d, cfg.vocab)?
         } else {
             WeightRef::load(&g, "token_embd.weight", d, cfg.vocab)?
         };
-        let output = if tied { tok_embd.clone() } else { WeightRef::load_packed(&g, "output.weight", d, cfg.vocab)? };
+        let output = if tied { tok_embd.clone() } else { load_matrix(&g, "output.weight", d, cfg.vocab)? };
         let output_norm = load_vec(&g, "output_norm.weight", d)?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            layers.push(Layer::load(&g, &cfg, &format!("blk.{i}"))?);
+            layers.push(Layer::load_with(&g, &cfg, &format!("blk.{i}"), cfg.layer_window(i).is_some(), load_matrix)?);
         }
         Ok(Model { cfg, gguf: g, tok_embd, output, output_norm, layers })
     }
@@ -241,9 +309,11 @@ impl Model {
         &self.output
     }
 
-    /// A fresh KV cache for up to `ctx` positions (clamped to the training context).
+    /// A fresh KV cache for up to `ctx` positions (clamped to the training
+    /// context); local layers hold rings of their window.
     pub fn new_cache(&self, ctx: usize) -> KvCache {
-        KvCache::new(self.cfg.n_layer, self.cfg.kv_dim(), ctx.clamp(1, self.cfg.ctx_train.max(1)))
+        let windows: Vec<Option<usize>> = (0..self.cfg.n_layer).map(|l| self.cfg.layer_window(l)).collect();
+        KvCache::with_windows(self.cfg.kv_dim(), ctx.clamp(1, self.cfg.ctx_train.max(1)), &windows)
     }
 
     /// Token embedding row (dequantized).
@@ -255,10 +325,14 @@ impl Model {
         Ok(())
     }
 
-    /// The output head applied to `m` rows that are already final-normed.
+    /// The output head applied to `m` rows that are already final-normed
+    /// (with the model's logit soft-cap, if it has one).
     pub fn lm_head(&self, pool: &ThreadPool, x: &[f32], m: usize, logits: &mut Vec<f32>) {
         logits.resize(m * self.cfg.vocab, 0.0);
-        matmul(pool, &self.output.view(&self.gguf), x, m, logits);
+        matmul(pool, &self.output.view(&self.gguf), &x[..m * self.cfg.d_model], m, logits);
+        if let Some(cap) = self.cfg.logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
     }
 
     /// The final norm of one row.
@@ -289,6 +363,9 @@ impl Model {
         let emb = self.tok_embd.view(&self.gguf);
         for (i, &t) in tokens.iter().enumerate() {
             emb.row_f32(t as usize, &mut x[i * d..(i + 1) * d]);
+        }
+        if self.cfg.embed_scale != 1.0 {
+            x.iter_mut().for_each(|v| *v *= self.cfg.embed_scale);
         }
     }
 
@@ -328,8 +405,7 @@ impl Model {
             for (j, &r) in out.rows.iter().enumerate() {
                 sel[j * d..(j + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
             }
-            out.logits.resize(nr * self.cfg.vocab, 0.0);
-            matmul(pool, &self.output.view(&self.gguf), &s.o[..nr * d], nr, &mut out.logits);
+            self.lm_head(pool, &s.o[..nr * d], nr, &mut out.logits);
         } else {
             out.logits.clear();
         }
@@ -381,10 +457,8 @@ impl Model {
             // embeddings
             self.embed_rows(tokens, s);
             // RoPE angles per row
-            let half = cfg.rope_dim / 2;
-            s.cs.resize(m * half, (0.0, 0.0));
             for i in 0..m {
-                ops::rope_angles(p0 + i, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+                rope_row(cfg, s, m, i, p0 + i);
             }
 
             self.run_layers(pool, &mut Kv::One(&mut *cache), m, taps, s, out);
@@ -468,12 +542,9 @@ impl Model {
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
             self.embed_rows(&tokens, s);
-            let half = cfg.rope_dim / 2;
-            s.cs.resize(m * half, (0.0, 0.0));
             for (j, c) in caches.iter().enumerate() {
                 for i in starts[j]..starts[j + 1] {
-                    let pos = c.len() + i - starts[j];
-                    ops::rope_angles(pos, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+                    rope_row(cfg, s, m, i, c.len() + i - starts[j]);
                 }
             }
             self.run_layers(pool, &mut Kv::Segs { caches: &mut *caches, starts: &starts }, m, taps, s, out);
@@ -501,6 +572,19 @@ pub enum SegmentLogits {
 pub struct Segment<'a> {
     pub tokens: &'a [u32],
     pub logits: SegmentLogits,
+}
+
+/// RoPE angles of row `i` (of `m`) at position `pos`: `s.cs` with the
+/// global base, and `s.cs_local` with the local one where the model has
+/// local layers.
+pub(crate) fn rope_row(cfg: &Config, s: &mut Scratch, m: usize, i: usize, pos: usize) {
+    let half = cfg.rope_dim / 2;
+    s.cs.resize(m * half, (0.0, 0.0));
+    ops::rope_angles(pos, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
+    if cfg.has_window() {
+        s.cs_local.resize(m * half, (0.0, 0.0));
+        ops::rope_angles(pos, cfg.rope_dim, cfg.rope_base_local, 1.0, &mut s.cs_local[i * half..(i + 1) * half]);
+    }
 }
 
 fn rope(style: RopeStyle, x: &mut [f32], cs: &[(f32, f32)]) {
@@ -540,7 +624,7 @@ struct AttnShape {
     qd: usize,
     /// Query heads per key/value head.
     group: usize,
-    /// Score scale, 1/√head size.
+    /// Score scale (1/√head size for most models).
     scale: f32,
     /// Query heads.
     nh: usize,
@@ -549,14 +633,7 @@ struct AttnShape {
 impl AttnShape {
     fn of(cfg: &Config) -> AttnShape {
         let hd = cfg.head_dim;
-        AttnShape {
-            hd,
-            kvd: cfg.kv_dim(),
-            qd: cfg.q_dim(),
-            group: cfg.n_head / cfg.n_kv_head,
-            scale: 1.0 / (hd as f32).sqrt(),
-            nh: cfg.n_head,
-        }
+        AttnShape { hd, kvd: cfg.kv_dim(), qd: cfg.q_dim(), group: cfg.n_head / cfg.n_kv_head, scale: cfg.attn_scale, nh: cfg.n_head }
     }
 }
 
@@ -567,16 +644,18 @@ impl AttnShape {
 /// row cost most of a plain step; here it costs its arithmetic.
 ///
 /// Row `i` still computes exactly what it computes alone: its scores are
-/// the same per-position dot products, its softmax runs over the same
-/// scores, and its output accumulates the value rows in position order
-/// (`axpy_rows` over consecutive blocks is the same sequence of FMAs as
-/// over the whole range).
+/// the same per-position dot products over the same positions (its window,
+/// on a local layer), its softmax runs over the same scores, and its output
+/// accumulates the value rows in position order (`axpy_rows` over
+/// consecutive blocks is the same sequence of FMAs as over the whole range).
 fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize, m: usize, q: &[f32], out: &mut [f32]) {
     let AttnShape { hd, kvd, qd, group, scale, nh } = AttnShape::of(cfg);
     let base = cache.len();
-    let (kc, vc) = cache.layer(layer);
-    // scores of row i at sc[i * last ..][..base + i + 1]
+    let lr = cache.rows(layer);
+    // scores of row i at sc[i * span + (p - lo)], p in first(base + i)..=base + i
+    let lo = lr.first(base);
     let last = base + m;
+    let span = last - lo;
     HEAD_ROWS.with(|tmp| {
         let mut tmp = tmp.borrow_mut();
         let tmp = resize(&mut tmp, nh * m * hd);
@@ -589,28 +668,27 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
                 let off = (h / group) * hd;
                 SCORES.with(|sc| {
                     let mut sc = sc.borrow_mut();
-                    let sc = resize(&mut sc, m * last);
-                    for p0 in (0..last).step_by(POS_BLOCK) {
+                    let sc = resize(&mut sc, m * span);
+                    for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
                         for i in 0..m {
-                            let n = base + i + 1;
-                            if p0 < n {
-                                let p1 = (p0 + POS_BLOCK).min(n);
-                                let qh = &q[i * qd + h * hd..][..hd];
-                                ops::dot_rows(qh, &kc[p0 * kvd..], kvd, off, scale, &mut sc[i * last + p0..i * last + p1]);
-                            }
+                            let (a, b) = (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
+                            let qh = &q[i * qd + h * hd..][..hd];
+                            lr.runs(a, b, |a, b, at| {
+                                ops::dot_rows(qh, &lr.k[at..], kvd, off, scale, &mut sc[i * span + a - lo..i * span + b - lo]);
+                            });
                         }
                     }
                     for i in 0..m {
-                        ops::softmax_inplace(&mut sc[i * last..i * last + base + i + 1]);
+                        let r = i * span;
+                        ops::softmax_inplace(&mut sc[r + lr.first(base + i) - lo..r + base + i + 1 - lo]);
                     }
                     o.iter_mut().for_each(|v| *v = 0.0);
-                    for p0 in (0..last).step_by(POS_BLOCK) {
+                    for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
                         for (i, oi) in o.chunks_exact_mut(hd).enumerate() {
-                            let n = base + i + 1;
-                            if p0 < n {
-                                let p1 = (p0 + POS_BLOCK).min(n);
-                                ops::axpy_rows(oi, &sc[i * last + p0..i * last + p1], &vc[p0 * kvd..], kvd, off);
-                            }
+                            let (a, b) = (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
+                            lr.runs(a, b, |a, b, at| {
+                                ops::axpy_rows(oi, &sc[i * span + a - lo..i * span + b - lo], &lr.v[at..], kvd, off);
+                            });
                         }
                     }
                 });
@@ -648,27 +726,32 @@ fn attention_groups(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: u
         |_, u, o| {
             let (g, i) = (u / m, u % m);
             let (cache, pos) = kv.row(i);
-            let (kc, vc) = cache.layer(layer);
-            let n = pos + 1;
+            let lr = cache.rows(layer);
+            let (lo, n) = (lr.first(pos), pos + 1);
+            let span = n - lo;
             let off = g * hd;
             SCORES.with(|sc| {
                 let mut sc = sc.borrow_mut();
-                let sc = resize(&mut sc, group * n);
-                for p0 in (0..n).step_by(POS_BLOCK) {
-                    let p1 = (p0 + POS_BLOCK).min(n);
+                let sc = resize(&mut sc, group * span);
+                for p0 in (lo / POS_BLOCK * POS_BLOCK..n).step_by(POS_BLOCK) {
+                    let (a, b) = (p0.max(lo), (p0 + POS_BLOCK).min(n));
                     for j in 0..group {
                         let qh = &q[i * qd + (g * group + j) * hd..][..hd];
-                        ops::dot_rows(qh, &kc[p0 * kvd..], kvd, off, scale, &mut sc[j * n + p0..j * n + p1]);
+                        lr.runs(a, b, |a, b, at| {
+                            ops::dot_rows(qh, &lr.k[at..], kvd, off, scale, &mut sc[j * span + a - lo..j * span + b - lo]);
+                        });
                     }
                 }
                 for j in 0..group {
-                    ops::softmax_inplace(&mut sc[j * n..(j + 1) * n]);
+                    ops::softmax_inplace(&mut sc[j * span..(j + 1) * span]);
                 }
                 o.iter_mut().for_each(|v| *v = 0.0);
-                for p0 in (0..n).step_by(POS_BLOCK) {
-                    let p1 = (p0 + POS_BLOCK).min(n);
+                for p0 in (lo / POS_BLOCK * POS_BLOCK..n).step_by(POS_BLOCK) {
+                    let (a, b) = (p0.max(lo), (p0 + POS_BLOCK).min(n));
                     for (j, oj) in o.chunks_exact_mut(hd).enumerate() {
-                        ops::axpy_rows(oj, &sc[j * n + p0..j * n + p1], &vc[p0 * kvd..], kvd, off);
+                        lr.runs(a, b, |a, b, at| {
+                            ops::axpy_rows(oj, &sc[j * span + a - lo..j * span + b - lo], &lr.v[at..], kvd, off);
+                        });
                     }
                 }
             });
@@ -678,7 +761,7 @@ fn attention_groups(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: u
 
 /// Causal attention of `m` query rows over the cache(s). Each (row, head) is
 /// one unit of work; its result depends only on its own query and the cache
-/// rows up to its position, so a row gives the same bits alone, in a batch of
+/// rows of its window, so a row gives the same bits alone, in a batch of
 /// its own sequence, or beside rows of other sequences.
 fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q: &[f32], out: &mut [f32]) {
     if let Kv::One(cache) = kv {
@@ -701,18 +784,18 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
         |_, u, o| {
             let (h, i) = (u / m, u % m);
             let (cache, pos) = kv.row(i);
-            let (kc, vc) = cache.layer(layer);
-            let kvh = h / group;
-            let n_ctx = pos + 1;
+            let lr = cache.rows(layer);
+            let (lo, n) = (lr.first(pos), pos + 1);
+            let off = (h / group) * hd;
             let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
             SCORES.with(|sc| {
                 let mut sc = sc.borrow_mut();
-                sc.resize(n_ctx, 0.0);
-                // key and value head kvh of positions 0..n_ctx, in order
-                ops::dot_rows(qh, kc, kvd, kvh * hd, scale, &mut sc[..n_ctx]);
-                ops::softmax_inplace(&mut sc[..n_ctx]);
+                let sc = resize(&mut sc, n - lo);
+                // key and value head h / group of positions lo..n, in order
+                lr.runs(lo, n, |a, b, at| ops::dot_rows(qh, &lr.k[at..], kvd, off, scale, &mut sc[a - lo..b - lo]));
+                ops::softmax_inplace(sc);
                 o.iter_mut().for_each(|v| *v = 0.0);
-                ops::axpy_rows(o, &sc[..n_ctx], vc, kvd, kvh * hd);
+                lr.runs(lo, n, |a, b, at| ops::axpy_rows(o, &sc[a - lo..b - lo], &lr.v[at..], kvd, off));
             });
         },
     );

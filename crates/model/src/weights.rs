@@ -108,6 +108,24 @@ impl WeightRef {
         Ok(w)
     }
 
+    /// Like [`load`](Self::load), but dequantized to an owned f32 matrix:
+    /// products with it keep activations in f32 too, so a model loaded this
+    /// way computes what its quantized weights mean without activation
+    /// rounding (a slow reference for checking).
+    pub fn load_f32(g: &Gguf, name: &str, k: usize, n: usize) -> Result<Self, ModelError> {
+        let w = Self::load(g, name, k, n)?;
+        let (t, data) = g.tensor(name)?;
+        let rb = t.ty.row_bytes(k as u64).unwrap_or(0) as usize;
+        let mut row = vec![0f32; k];
+        let mut bytes = Vec::with_capacity(n * k * 4);
+        for r in 0..n {
+            tandem_kernels::quant::dequantize_row(t.ty, &data[r * rb..(r + 1) * rb], &mut row);
+            bytes.extend(row.iter().flat_map(|x| x.to_le_bytes()));
+        }
+        Weight::new(name, GgmlType::F32, n, k, &bytes)?;
+        Ok(WeightRef { name: w.name, ty: GgmlType::F32, n, k, storage: Storage::Owned(Arc::new(bytes)) })
+    }
+
     /// A new matrix made of rows `rows` of this one (in that order), read from
     /// the original bytes in the map; packed like [`load_packed`](Self::load_packed).
     /// Used for reduced draft vocabularies: the head is shared, not copied

@@ -45,9 +45,11 @@ impl DraftModel {
         Ok(())
     }
 
+    /// Forget everything after the first `n` tokens (or more: a
+    /// sliding-window cache may only go back to empty).
     fn rollback(&mut self, n: usize) {
         self.cache.truncate(n);
-        self.tokens.truncate(n);
+        self.tokens.truncate(self.cache.len());
         self.logits.clear();
     }
 }
@@ -86,6 +88,7 @@ impl Drafter for DraftModel {
             common -= 1; // need fresh logits after the last token
         }
         self.rollback(common);
+        let common = self.tokens.len();
         let rest: Vec<u32> = (common..seq_len).map(at).collect();
         let room = self.cache.ctx().saturating_sub(seq_len);
         self.feed(&rest)?;

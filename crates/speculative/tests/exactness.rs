@@ -123,6 +123,40 @@ proptest! {
     }
 }
 
+/// A Gemma-3-shaped model whose local layers attend over a window of
+/// `window` positions (rings of 128 rows for windows up to 64).
+fn windowed(seed: u64, window: usize, n_layer: usize) -> Arc<Model> {
+    let spec = SyntheticSpec { seed, n_layer, window: Some(window), ..Default::default() };
+    Arc::new(Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    /// Sliding-window targets: drafts straddle the window boundary (windows
+    /// of 1–12 positions, 40 tokens decoded) and the rings wrap (prompts of
+    /// up to 200 tokens); lookup, a corrupted oracle and a sliding-window
+    /// draft model all give plain greedy output.
+    #[test]
+    fn sliding_window_speculation_equals_plain(seed in 1u64..10_000, k in 1usize..=16, window in 1usize..=12,
+                                               corrupt in 0.0f64..0.6, plen in 1usize..200) {
+        let m = windowed(seed, window, 2);
+        let prompt: Vec<u32> = (0..plen).map(|i| 4 + ((i as u64 * 97 + seed) % 300) as u32).collect();
+        let n = 40;
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let want = common::plain(&m, &pool, &prompt, n);
+            let oracle = Oracle { truth: want.clone(), prompt_len: prompt.len(), rng: Rng::new(seed), corrupt, k };
+            let mut sp = Speculator::new(Box::new(oracle), cfg(k, seed % 2 == 0)).unwrap();
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "oracle k={} window={}", k, window);
+            let mut sp = Speculator::new(Box::new(NgramDrafter::new(1, 4, k).unwrap()), cfg(k, false)).unwrap();
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "lookup k={} window={}", k, window);
+            let dm = DraftModel::new(windowed(seed + 1, window, 1), Arc::new(ThreadPool::new(1)), m.cfg.vocab, 512, k).unwrap();
+            let mut sp = Speculator::new(Box::new(dm), cfg(k, false)).unwrap();
+            prop_assert_eq!(&common::speculative(&m, &pool, &prompt, n, &mut sp), &want, "draft model k={} window={}", k, window);
+        }
+    }
+}
+
 #[test]
 fn target_as_its_own_draft_model_accepts_everything() {
     let m = model(7, GgmlType::Q8_0, 2);

@@ -6,8 +6,8 @@
 
 use tandem_gguf::{GgmlType, Gguf, Value};
 
-use crate::llama::HiddenTap;
 use crate::support::{SupportError, SupportKind, TargetId};
+use crate::transformer::HiddenTap;
 use crate::{Model, ModelError};
 
 pub const ARCH: &str = "dflash";

@@ -24,8 +24,8 @@ use tandem_kernels::matmul::{matmul, matmul_many};
 use tandem_kernels::{ops, ThreadPool};
 
 use crate::kv::KvCache;
-use crate::llama::resize;
 use crate::support::{detect_kind, SupportError, SupportKind, TargetId};
+use crate::transformer::resize;
 use crate::weights::WeightRef;
 use crate::{Model, ModelError};
 

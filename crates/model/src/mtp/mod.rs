@@ -51,8 +51,8 @@ use tandem_kernels::matmul::matmul;
 use tandem_kernels::{ops, ThreadPool};
 
 use crate::kv::KvCache;
-use crate::llama::{resize, Kv, Layer, SCRATCH};
 use crate::support::{detect_kind, int_array, SupportError, SupportKind, TargetId};
+use crate::transformer::{resize, Kv, Layer, SCRATCH};
 use crate::weights::{load_vec, WeightRef};
 use crate::{Model, ModelError};
 
@@ -192,7 +192,7 @@ impl MtpHead {
         let hnorm = load_vec(&g, &tensor_name(n, "nextn.hnorm.weight"), d).map_err(terr)?;
         let head_norm = load_vec(&g, &tensor_name(n, "nextn.shared_head_norm.weight"), d).map_err(terr)?;
         let eh_proj = WeightRef::load_packed(&g, &tensor_name(n, "nextn.eh_proj.weight"), 2 * d, d).map_err(terr)?;
-        let block = Layer::load(&g, cfg, &format!("blk.{n}")).map_err(terr)?;
+        let block = Layer::load(&g, cfg, &format!("blk.{n}"), false).map_err(terr)?;
 
         let d2t_name = tensor_name(n, "nextn.d2t");
         let declared = match g.get(keys::DRAFT_VOCAB).map(|v| v.as_u64()) {
