@@ -1,6 +1,8 @@
 //! Perplexity with llama.cpp's chunked method: split the tokenized text into
 //! `n_ctx` chunks, evaluate each from an empty cache, and score the second half
 //! of every chunk (positions n_ctx/2 .. n_ctx-1 predict the next token).
+//! A model that adds BOS gets it in front of the text and as every chunk's
+//! first token.
 
 use std::sync::Arc;
 
@@ -26,7 +28,11 @@ pub fn perplexity(
     n_ctx: usize,
     mut on_chunk: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityReport, EngineError> {
-    let ids = engine.tokenizer.encode(text, false);
+    // as llama.cpp: the text tokenized with BOS where the model adds one,
+    // and each chunk's first token replaced by BOS
+    let bos = engine.tokenizer.bos_id().filter(|_| engine.tokenizer.add_bos());
+    let mut ids: Vec<u32> = bos.into_iter().collect();
+    ids.extend(engine.tokenizer.encode(text, false));
     let chunks = ids.len() / n_ctx;
     if chunks == 0 {
         return Err(EngineError::PromptTooLong { prompt: ids.len(), ctx: n_ctx });
@@ -38,7 +44,11 @@ pub fn perplexity(
     let mut out = ForwardOutput::default();
     let mut cache = engine.model.new_cache(n_ctx);
     for c in 0..chunks {
-        let chunk = &ids[c * n_ctx..(c + 1) * n_ctx];
+        let mut chunk = ids[c * n_ctx..(c + 1) * n_ctx].to_vec();
+        if let Some(b) = bos {
+            chunk[0] = b;
+        }
+        let chunk = &chunk[..];
         cache.clear();
         let rows: Vec<usize> = (first..n_ctx - 1).collect();
         engine.model.forward(&engine.pool, &mut cache, chunk, &LogitRows::Rows(rows.clone()), &[], &mut out)?;

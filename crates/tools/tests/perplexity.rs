@@ -1,12 +1,13 @@
 //! Perplexity within 1% of llama.cpp's figure on the same text and context:
-//! SmolLM2 on the shared GPL text, Qwen2.5-Coder on a Python source
-//! (reference figures in tests/data). Both are ignored by default (about 30 s
-//! and a 491 MB download); `.ci/run` runs them.
+//! SmolLM2 on the shared GPL text, Qwen2.5-Coder on a Python source, Gemma 3
+//! on the Apache 2.0 license text (reference figures in tests/data). All are
+//! ignored by default (about 30 s, and downloads of 491 and 253 MB);
+//! `.ci/run` runs them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tandem_engine::fetch::{ensure_model, models_dir, ModelSpec, DEFAULT_MODEL, QWEN25_CODER_05B};
+use tandem_engine::fetch::{ensure_model, models_dir, ModelSpec, DEFAULT_MODEL, GEMMA3_270M, QWEN25_CODER_05B};
 use tandem_engine::Engine;
 
 fn data(name: &str) -> PathBuf {
@@ -42,4 +43,10 @@ fn smollm2_perplexity_within_one_percent_of_llamacpp() {
 #[ignore = "fetches and runs the 491 MB coder model"]
 fn qwen25_coder_perplexity_within_one_percent_of_llamacpp() {
     check(&QWEN25_CODER_05B, "perplexity_qwen25coder.json");
+}
+
+#[test]
+#[ignore = "fetches and runs the 253 MB Gemma 3 model"]
+fn gemma3_perplexity_within_one_percent_of_llamacpp() {
+    check(&GEMMA3_270M, "perplexity_gemma3.json");
 }
