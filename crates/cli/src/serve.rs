@@ -25,10 +25,11 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     cfg.keepalive = Duration::from_secs_f64(a.keepalive);
     cfg.shutdown_grace = Duration::from_secs_f64(a.shutdown_timeout);
     cfg.spec = a.spec.options(&engine)?;
-    let cfgm = &engine.model.cfg;
-    let per_position = 2 * cfgm.n_layer * cfgm.kv_dim() * 4;
+    // one slot's K/V rows with its context full (prompts go in chunks of
+    // at most the session's prefill chunk)
+    let per_slot = engine.model.kv_bytes_full(ctx, tandem_engine::PREFILL_CHUNK);
     cfg.kv_budget = a.kv_budget.map(|b| b as usize).unwrap_or_else(|| available_memory() / 4);
-    let fit = cfg.kv_budget / (ctx * per_position).max(1);
+    let fit = cfg.kv_budget / per_slot.max(1);
     cfg.parallel = match a.parallel {
         Some(n) => n as usize,
         None => fit.clamp(1, 8),
@@ -37,17 +38,17 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         eprintln!(
             "tandem serve: warning: {} slots of {ctx} positions need {} of K/V rows when full; the budget is {}",
             cfg.parallel,
-            gib(cfg.parallel * ctx * per_position),
+            gib(cfg.parallel * per_slot),
             gib(cfg.kv_budget)
         );
     }
     cfg.prefill_chunk = a.prefill_chunk as usize;
     eprintln!(
-        "tandem serve: {} slot{} of {ctx} positions, K/V budget {} ({} KiB per position), prompt chunks of {} tokens beside decoding",
+        "tandem serve: {} slot{} of {ctx} positions, K/V budget {} ({} per full slot), prompt chunks of {} tokens beside decoding",
         cfg.parallel,
         if cfg.parallel == 1 { "" } else { "s" },
         gib(cfg.kv_budget),
-        per_position / 1024,
+        gib(per_slot),
         cfg.prefill_chunk
     );
     let auth = if cfg.api_key.is_some() { "API key required" } else { "no API key" };

@@ -249,8 +249,8 @@ impl Batch {
     pub fn prefix_stats(&self) -> PrefixStats {
         PrefixStats {
             kept: self.kept.len(),
-            kept_bytes: self.kept.iter().map(|k| k.cache.bytes_used()).sum(),
-            live_bytes: self.slots.iter().map(|s| s.session.cache.bytes_used()).sum(),
+            kept_bytes: self.kept.iter().map(|k| k.cache.bytes_reserved()).sum(),
+            live_bytes: self.slots.iter().map(|s| s.session.cache.bytes_reserved()).sum(),
             hits: self.hits,
             hit_tokens: self.hit_tokens,
         }
@@ -365,11 +365,11 @@ impl Batch {
     /// Evict kept prefixes, least recently used first, until live and kept
     /// rows fit the budget.
     fn enforce_budget(&mut self) {
-        let live: usize = self.slots.iter().map(|s| s.session.cache.bytes_used()).sum();
-        let mut kept: usize = self.kept.iter().map(|k| k.cache.bytes_used()).sum();
+        let live: usize = self.slots.iter().map(|s| s.session.cache.bytes_reserved()).sum();
+        let mut kept: usize = self.kept.iter().map(|k| k.cache.bytes_reserved()).sum();
         while live + kept > self.cfg.kv_budget && !self.kept.is_empty() {
             let (j, _) = self.kept.iter().enumerate().min_by_key(|(_, k)| k.used).expect("not empty");
-            kept -= self.kept.swap_remove(j).cache.bytes_used();
+            kept -= self.kept.swap_remove(j).cache.bytes_reserved();
         }
     }
 

@@ -168,3 +168,60 @@ fn kv_memory_is_what_the_window_implies() {
         18 * n * row / 1024
     );
 }
+
+/// A batch of sequences over sliding-window caches: outputs equal each
+/// request alone; a kept prompt whose rings still reach back is reused, one
+/// that shares only a prefix older than the rings reach starts over.
+#[test]
+#[ignore = "fetches and runs the 253 MB Gemma 3 model"]
+fn batched_outputs_over_rings_equal_alone() {
+    use tandem_engine::{Batch, BatchConfig, Request, SlotEvent};
+    let engine = engine();
+    let text = std::fs::read_to_string(data("perplexity_text_apache2.txt")).unwrap();
+    let all = engine.tokenize_prompt(&text);
+    let params = GenParams { max_tokens: 24, sampler: SamplerParams::greedy() };
+    let alone = |p: &[u32]| {
+        let mut s = Session::new(engine.clone(), 2048);
+        let mut out = vec![];
+        s.generate(p, &params, None, |t, _| {
+            out.push(t);
+            true
+        })
+        .unwrap();
+        out
+    };
+    let a = all[..900].to_vec();
+    // shares 880 tokens with a: the rings of a's slot still hold that window
+    let mut b = all[..880].to_vec();
+    b.extend_from_slice(&all[1200..1230]);
+    // shares 100 tokens: older than the rings reach, so evaluated from the start
+    let mut c = all[..100].to_vec();
+    c.extend_from_slice(&all[1500..1800]);
+    let cfg = BatchConfig { slots: 1, ctx: 2048, prefill_chunk: 64, kv_budget: 1 << 30 };
+    let mut batch = Batch::new(engine.clone(), cfg, &SpecOptions::default()).unwrap();
+    let mut run = |p: &[u32]| {
+        batch.admit(Request { prompt: p.to_vec(), params: params.clone(), with_rows: false }).unwrap();
+        let (mut ids, mut st) = (vec![], None);
+        while !batch.is_idle() {
+            batch.step(&mut |_, ev| {
+                match ev {
+                    SlotEvent::Token { id, .. } if id != u32::MAX => ids.push(id),
+                    SlotEvent::Done(s) => st = Some(*s),
+                    SlotEvent::Failed(e) => panic!("{e}"),
+                    _ => {}
+                }
+                true
+            });
+        }
+        (ids, st.unwrap())
+    };
+    let (ia, sa) = run(&a);
+    assert_eq!(sa.prefill_tokens, a.len());
+    let (ib, sb) = run(&b);
+    assert_eq!(sb.prompt_tokens - sb.prefill_tokens, 880, "b reuses what a's slot holds");
+    let (ic, sc) = run(&c);
+    assert_eq!(sc.prefill_tokens, c.len(), "c starts over");
+    assert_eq!(ia, alone(&a));
+    assert_eq!(ib, alone(&b));
+    assert_eq!(ic, alone(&c));
+}

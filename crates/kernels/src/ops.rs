@@ -178,7 +178,7 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
 
 /// gelu's tanh approximation as a sigmoid: 0.5·(1 + tanh(u)) = σ(2u), with
 /// 2u = x · (GELU_A + GELU_B · x²).
-pub(crate) const GELU_A: f32 = 1.595_769_1; // 2·√(2/π)
+pub(crate) const GELU_A: f32 = 1.595_769; // 2·√(2/π)
 pub(crate) const GELU_B: f32 = 0.071_354_82; // 2·√(2/π)·0.044715
 
 /// Scalar twin of the SIMD `gelu_mul` for one element.

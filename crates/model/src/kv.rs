@@ -275,10 +275,16 @@ impl KvCache {
         }
     }
 
+    /// Rows a sliding-window layer's ring holds for `ctx` positions when
+    /// the widest forward pass is `widest` rows.
+    pub fn ring_rows(window: usize, ctx: usize, widest: usize) -> usize {
+        round_up((window.max(1) - 1 + widest.max(RING_EXTRA)).min(ctx.max(1)), RING_EXTRA)
+    }
+
     /// Make layer `l`'s ring hold its window plus `m` new rows, re-laying
     /// out the positions it holds when it grows.
     fn ring_fit(&mut self, l: usize, w: usize, m: usize) {
-        let need = round_up((w - 1 + m.max(RING_EXTRA)).min(self.ctx.max(1)), RING_EXTRA);
+        let need = Self::ring_rows(w, self.ctx, m);
         let old = self.cap[l];
         if need <= old {
             return;

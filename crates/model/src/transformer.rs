@@ -316,6 +316,19 @@ impl Model {
         KvCache::with_windows(self.cfg.kv_dim(), ctx.clamp(1, self.cfg.ctx_train.max(1)), &windows)
     }
 
+    /// Bytes of K/V rows a sequence holds with all `ctx` positions filled by
+    /// forward passes of at most `widest` rows (sliding-window layers hold
+    /// their rings, the others every position).
+    pub fn kv_bytes_full(&self, ctx: usize, widest: usize) -> usize {
+        let rows: usize = (0..self.cfg.n_layer)
+            .map(|l| match self.cfg.layer_window(l) {
+                Some(w) => KvCache::ring_rows(w, ctx, widest),
+                None => ctx,
+            })
+            .sum();
+        2 * rows * self.cfg.kv_dim() * 4
+    }
+
     /// Token embedding row (dequantized).
     pub fn embed(&self, token: u32, out: &mut [f32]) -> Result<(), ModelError> {
         if token as usize >= self.cfg.vocab {
