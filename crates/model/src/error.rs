@@ -4,7 +4,7 @@ pub enum ModelError {
     Gguf(#[from] tandem_gguf::GgufError),
     #[error(transparent)]
     Weight(#[from] tandem_kernels::WeightError),
-    #[error("unsupported architecture '{0}' (supported: llama, qwen2, mistral)")]
+    #[error("unsupported architecture '{0}' (supported: llama, qwen2, mistral, gemma3)")]
     UnsupportedArch(String),
     #[error("model metadata: {0}")]
     BadConfig(String),
@@ -18,4 +18,7 @@ pub enum ModelError {
     BadTap { layer: usize, n_layer: usize },
     #[error("logit row {row} out of range ({m} rows in batch)")]
     BadRow { row: usize, m: usize },
+    /// A split model's ranks disagree or cannot talk.
+    #[error("tensor parallel: {0}")]
+    Shard(String),
 }

@@ -18,8 +18,13 @@
 /// forgotten. A sliding-window layer can only forget back to where its ring
 /// still holds the new last row's window ([`KvCache::keepable`]); further
 /// back, the cache starts over from empty.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct KvCache {
+    /// Names the sequence to the other ranks of a split model: unique in
+    /// this process, and new whenever the rows stop being a continuation of
+    /// what the ranks saw (a clone, a restored snapshot, a copied prefix),
+    /// so a follower never extends rows it does not hold.
+    id: u64,
     n_layer: usize,
     kv_dim: usize,
     ctx: usize,
@@ -96,6 +101,28 @@ impl LayerRows<'_> {
     }
 }
 
+impl Clone for KvCache {
+    fn clone(&self) -> Self {
+        KvCache {
+            id: next_id(),
+            n_layer: self.n_layer,
+            kv_dim: self.kv_dim,
+            ctx: self.ctx,
+            len: self.len,
+            k: self.k.clone(),
+            v: self.v.clone(),
+            windows: self.windows.clone(),
+            cap: self.cap.clone(),
+            held_from: self.held_from.clone(),
+        }
+    }
+}
+
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
@@ -112,6 +139,7 @@ impl KvCache {
         let n_layer = windows.len();
         let windows = windows.iter().map(|w| w.filter(|&w| w > 0)).collect();
         KvCache {
+            id: next_id(),
             n_layer,
             kv_dim,
             ctx,
@@ -122,6 +150,11 @@ impl KvCache {
             cap: vec![0; n_layer],
             held_from: vec![0; n_layer],
         }
+    }
+
+    /// The sequence's id (what a split model's frames name it by).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Positions currently held.
@@ -223,7 +256,7 @@ impl KvCache {
 
     pub fn restore(&mut self, s: &KvSnapshot) {
         let ctx = self.ctx;
-        self.clone_from(&s.0);
+        *self = s.0.clone();
         self.ctx = ctx;
     }
 
@@ -251,6 +284,7 @@ impl KvCache {
             self.held_from[l] = if n == 0 { 0 } else { src.held_from[l] };
         }
         self.len = n;
+        self.id = next_id();
     }
 
     /// A copy of the first `n` positions (a kept prompt prefix; it holds
@@ -263,6 +297,7 @@ impl KvCache {
             Some(_) => v.to_vec(),
         };
         KvCache {
+            id: next_id(),
             n_layer: self.n_layer,
             kv_dim: self.kv_dim,
             ctx: self.ctx,

@@ -14,6 +14,7 @@ pub mod dspark;
 mod error;
 mod kv;
 pub mod mtp;
+pub mod shard;
 pub mod support;
 pub mod synthetic;
 mod transformer;

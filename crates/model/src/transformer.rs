@@ -4,6 +4,7 @@
 //! layers that attend over a sliding window with their own RoPE base.
 
 use std::cell::RefCell;
+use std::ops::Range;
 use std::sync::Arc;
 
 use tandem_gguf::Gguf;
@@ -13,6 +14,7 @@ use tandem_kernels::ThreadPool;
 
 use crate::config::{Activation, Config, RopeStyle};
 use crate::kv::KvCache;
+use crate::shard::{gather_columns, Collective, Frame, FrameSeg, Layout};
 use crate::weights::{load_opt_vec, load_vec, WeightRef};
 use crate::ModelError;
 
@@ -45,13 +47,15 @@ impl Layer {
     /// Load block `prefix` (e.g. `blk.3`) with the shapes `cfg` implies;
     /// `local`: a sliding-window layer.
     pub(crate) fn load(g: &Gguf, cfg: &Config, prefix: &str, local: bool) -> Result<Self, ModelError> {
-        Self::load_with(g, cfg, prefix, local, WeightRef::load_packed)
+        Self::load_with(g, cfg, prefix, local, WeightRef::load_packed_rows, &Share::all(cfg))
     }
 
-    /// [`load`](Self::load) with the matrices loaded by `load_matrix`.
-    fn load_with(g: &Gguf, cfg: &Config, prefix: &str, local: bool, load_matrix: LoadMatrix) -> Result<Self, ModelError> {
+    /// [`load`](Self::load) with the matrices loaded by `load_matrix`,
+    /// holding the rows `share` names.
+    fn load_with(g: &Gguf, cfg: &Config, prefix: &str, local: bool, load_matrix: LoadMatrix, share: &Share) -> Result<Self, ModelError> {
         let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
         let n = |s: &str| format!("{prefix}.{s}");
+        let part = |v: Option<Vec<f32>>, r: &Range<usize>| v.map(|v| v[r.clone()].to_vec());
         Ok(Layer {
             local,
             attn_norm: load_vec(g, &n("attn_norm.weight"), d)?,
@@ -59,26 +63,40 @@ impl Layer {
             k_norm: load_opt_vec(g, &n("attn_k_norm.weight"), cfg.head_dim)?,
             post_attn_norm: load_opt_vec(g, &n("post_attention_norm.weight"), d)?,
             post_ffn_norm: load_opt_vec(g, &n("post_ffw_norm.weight"), d)?,
-            wq: load_matrix(g, &n("attn_q.weight"), d, qd)?,
-            wk: load_matrix(g, &n("attn_k.weight"), d, kvd)?,
-            wv: load_matrix(g, &n("attn_v.weight"), d, kvd)?,
-            bq: load_opt_vec(g, &n("attn_q.bias"), qd)?,
-            bk: load_opt_vec(g, &n("attn_k.bias"), kvd)?,
-            bv: load_opt_vec(g, &n("attn_v.bias"), kvd)?,
-            wo: load_matrix(g, &n("attn_output.weight"), qd, d)?,
+            wq: load_matrix(g, &n("attn_q.weight"), d, qd, share.q.clone())?,
+            wk: load_matrix(g, &n("attn_k.weight"), d, kvd, share.kv.clone())?,
+            wv: load_matrix(g, &n("attn_v.weight"), d, kvd, share.kv.clone())?,
+            bq: part(load_opt_vec(g, &n("attn_q.bias"), qd)?, &share.q),
+            bk: part(load_opt_vec(g, &n("attn_k.bias"), kvd)?, &share.kv),
+            bv: part(load_opt_vec(g, &n("attn_v.bias"), kvd)?, &share.kv),
+            wo: load_matrix(g, &n("attn_output.weight"), qd, d, share.d.clone())?,
             ffn_norm: load_vec(g, &n("ffn_norm.weight"), d)?,
-            w_gate: load_matrix(g, &n("ffn_gate.weight"), d, f)?,
-            w_up: load_matrix(g, &n("ffn_up.weight"), d, f)?,
-            w_down: load_matrix(g, &n("ffn_down.weight"), f, d)?,
+            w_gate: load_matrix(g, &n("ffn_gate.weight"), d, f, share.ffn.clone())?,
+            w_up: load_matrix(g, &n("ffn_up.weight"), d, f, share.ffn.clone())?,
+            w_down: load_matrix(g, &n("ffn_down.weight"), f, d, share.d.clone())?,
         })
     }
 
     /// Run the block on the `m` residual rows in `s.x` (RoPE angles already in
-    /// `s.cs`, and in `s.cs_local` for a local layer), appending their K/V rows to layer `li` of the cache(s) in `kv`.
+    /// `s.cs`, and in `s.cs_local` for a local layer), appending their K/V
+    /// rows to layer `li` of the cache(s) in `kv`. With `dist`, this rank
+    /// computes its share of the columns and gathers the rest.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward(&self, pool: &ThreadPool, g: &Gguf, cfg: &Config, kv: &mut Kv, li: usize, m: usize, s: &mut Scratch) {
+    pub(crate) fn forward(
+        &self,
+        pool: &ThreadPool,
+        g: &Gguf,
+        cfg: &Config,
+        kv: &mut Kv,
+        li: usize,
+        m: usize,
+        s: &mut Scratch,
+        dist: Option<&Dist>,
+    ) -> Result<(), ModelError> {
         let ly = self;
-        let (d, qd, kvd, f) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn);
+        let (d, qd_all, f_all) = (cfg.d_model, cfg.q_dim(), cfg.ffn);
+        // this rank's widths (all of them without tensor parallelism)
+        let (qd, kvd, d_own, f) = (ly.wq.n, ly.wk.n, ly.wo.n, ly.w_gate.n);
         let hd = cfg.head_dim;
         let half = cfg.rope_dim / 2;
         // --- attention ---
@@ -126,9 +144,15 @@ impl Layer {
             }
         }
         let att = resize(&mut s.att, m * qd);
-        attention(pool, cfg, kv, li, m, &s.q[..m * qd], att);
-        let o = resize(&mut s.o, m * d);
-        matmul(pool, &ly.wo.view(g), att, m, o);
+        attention(pool, dist.map_or(cfg, |t| &t.att_cfg), kv, li, m, &s.q[..m * qd], att);
+        if let Some(t) = dist.filter(|t| t.layout.heads_split) {
+            let full = resize(&mut s.gathered, m * qd_all);
+            gather_columns(&*t.comm, &s.att[..m * qd], m, &t.q_widths, &mut s.tmp, full)?;
+            std::mem::swap(&mut s.att, &mut s.gathered);
+        }
+        let o = resize(&mut s.o, m * d_own);
+        matmul(pool, &ly.wo.view(g), &s.att[..m * qd_all], m, o);
+        gather(dist, &mut s.o, &mut s.gathered, &mut s.tmp, m, |t| &t.d_widths)?;
         add_residual(cfg, &mut s.x[..m * d], &mut s.o[..m * d], &ly.post_attn_norm, &mut s.h);
 
         // --- feed-forward ---
@@ -143,10 +167,68 @@ impl Layer {
             Activation::SwiGlu => ops::silu_mul(&mut s.g[..m * f], &s.u[..m * f]),
             Activation::GeGlu => ops::gelu_mul(&mut s.g[..m * f], &s.u[..m * f]),
         }
-        let o = resize(&mut s.o, m * d);
-        matmul(pool, &ly.w_down.view(g), &s.g[..m * f], m, o);
+        gather(dist, &mut s.g, &mut s.gathered, &mut s.tmp, m, |t| &t.f_widths)?;
+        let o = resize(&mut s.o, m * d_own);
+        matmul(pool, &ly.w_down.view(g), &s.g[..m * f_all], m, o);
+        gather(dist, &mut s.o, &mut s.gathered, &mut s.tmp, m, |t| &t.d_widths)?;
         add_residual(cfg, &mut s.x[..m * d], &mut s.o[..m * d], &ly.post_ffn_norm, &mut s.h);
+        Ok(())
     }
+}
+
+/// With `dist`, replace the `m` rows of this rank's columns in `buf` by the
+/// rows of all ranks' columns (widths from `widths`); without, nothing.
+fn gather(
+    dist: Option<&Dist>,
+    buf: &mut Vec<f32>,
+    spare: &mut Vec<f32>,
+    tmp: &mut Vec<f32>,
+    m: usize,
+    widths: impl Fn(&Dist) -> &Vec<usize>,
+) -> Result<(), ModelError> {
+    let Some(t) = dist else { return Ok(()) };
+    let w = widths(t);
+    let own = w[t.layout.rank];
+    let full = resize(spare, m * w.iter().sum::<usize>());
+    gather_columns(&*t.comm, &buf[..m * own], m, w, tmp, full)?;
+    std::mem::swap(buf, spare);
+    Ok(())
+}
+
+/// The rows of each split matrix one process holds: query, key/value,
+/// residual-width and feed-forward rows (all of them in one process).
+#[derive(Debug, Clone)]
+pub(crate) struct Share {
+    q: Range<usize>,
+    kv: Range<usize>,
+    d: Range<usize>,
+    ffn: Range<usize>,
+}
+
+impl Share {
+    fn all(cfg: &Config) -> Share {
+        Share { q: 0..cfg.q_dim(), kv: 0..cfg.kv_dim(), d: 0..cfg.d_model, ffn: 0..cfg.ffn }
+    }
+
+    fn of(cfg: &Config, l: &Layout, r: usize) -> Share {
+        let (hd, group) = (cfg.head_dim, cfg.n_head / cfg.n_kv_head);
+        let h = &l.kv_heads[r];
+        Share { q: h.start * group * hd..h.end * group * hd, kv: h.start * hd..h.end * hd, d: l.d[r].clone(), ffn: l.ffn[r].clone() }
+    }
+}
+
+/// A model split over ranks: the collectives, what each rank holds, and
+/// the shape attention sees on this rank (its own heads).
+pub(crate) struct Dist {
+    comm: Arc<dyn Collective>,
+    layout: Layout,
+    att_cfg: Config,
+    /// Per rank: query columns, residual columns, feed-forward columns,
+    /// vocabulary rows.
+    q_widths: Vec<usize>,
+    d_widths: Vec<usize>,
+    f_widths: Vec<usize>,
+    v_widths: Vec<usize>,
 }
 
 /// `x += o` row by row, with `o` first RMS-normed by `post_norm` where the
@@ -163,8 +245,9 @@ fn add_residual(cfg: &Config, x: &mut [f32], o: &mut [f32], post_norm: &Option<V
     x.iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
 }
 
-/// How a matrix is loaded (packed for the kernels, or dequantized).
-type LoadMatrix = fn(&Gguf, &str, usize, usize) -> Result<WeightRef, ModelError>;
+/// How a matrix (or the given rows of it) is loaded: packed for the
+/// kernels, or dequantized.
+type LoadMatrix = fn(&Gguf, &str, usize, usize, Range<usize>) -> Result<WeightRef, ModelError>;
 
 /// A loaded model. Weights stay in the GGUF map; only norms and biases are copied.
 pub struct Model {
@@ -174,6 +257,11 @@ pub struct Model {
     output: WeightRef,
     output_norm: Vec<f32>,
     layers: Vec<Layer>,
+    /// Tensor parallelism: this rank's share and the collectives.
+    dist: Option<Dist>,
+    /// The whole output head, for drafters on the leader of a split model
+    /// (loaded at first use).
+    full_head: std::sync::OnceLock<WeightRef>,
 }
 
 impl std::fmt::Debug for Model {
@@ -232,6 +320,9 @@ pub(crate) struct Scratch {
     g: Vec<f32>,
     u: Vec<f32>,
     head: Vec<f32>,
+    /// Columns of all ranks, and the all-gather's buffer (tensor parallelism).
+    gathered: Vec<f32>,
+    tmp: Vec<f32>,
     pub(crate) cs: Vec<(f32, f32)>,
     /// RoPE angles of the local layers (their own base).
     pub(crate) cs_local: Vec<(f32, f32)>,
@@ -263,7 +354,20 @@ impl Model {
     }
 
     pub fn from_gguf(g: Arc<Gguf>) -> Result<Self, ModelError> {
-        Self::from_gguf_with(g, WeightRef::load_packed)
+        Self::from_gguf_with(g, WeightRef::load_packed_rows, None)
+    }
+
+    /// This rank's share of the model for tensor parallelism over `comm`'s
+    /// ranks (see [`crate::shard`]): rank 0 calls the forward passes, the
+    /// others [`follow`](Self::follow). Every logit has the bits of the
+    /// whole model in one process.
+    pub fn from_gguf_shard(g: Arc<Gguf>, comm: Arc<dyn Collective>) -> Result<Self, ModelError> {
+        Self::from_gguf_with(g, WeightRef::load_packed_rows, Some(comm))
+    }
+
+    /// Whether this model is one rank's share of a split model.
+    pub fn is_split(&self) -> bool {
+        self.dist.is_some()
     }
 
     /// The model with every matrix dequantized to f32 and activations never
@@ -271,28 +375,62 @@ impl Model {
     /// int8 activations. Several times slower and larger; a reference for
     /// checking numbers against other engines.
     pub fn from_gguf_f32(g: Arc<Gguf>) -> Result<Self, ModelError> {
-        Self::from_gguf_with(g, WeightRef::load_f32)
+        fn whole(g: &Gguf, name: &str, k: usize, n: usize, _rows: Range<usize>) -> Result<WeightRef, ModelError> {
+            WeightRef::load_f32(g, name, k, n)
+        }
+        Self::from_gguf_with(g, whole, None)
     }
 
-    fn from_gguf_with(g: Arc<Gguf>, load_matrix: LoadMatrix) -> Result<Self, ModelError> {
+    fn from_gguf_with(g: Arc<Gguf>, load_matrix: LoadMatrix, comm: Option<Arc<dyn Collective>>) -> Result<Self, ModelError> {
         let cfg = Config::from_gguf(&g)?;
         let d = cfg.d_model;
+        let dist = match comm {
+            Some(comm) if comm.size() > 1 => {
+                let layout = Layout::new(comm.rank(), comm.size(), cfg.n_kv_head, d, cfg.ffn, cfg.vocab)?;
+                let shares: Vec<Share> = (0..layout.size).map(|r| Share::of(&cfg, &layout, r)).collect();
+                let own = &shares[layout.rank];
+                let mut att_cfg = cfg.clone();
+                att_cfg.n_kv_head = layout.kv_heads[layout.rank].len();
+                att_cfg.n_head = own.q.len() / cfg.head_dim;
+                Some(Dist {
+                    q_widths: shares.iter().map(|s| s.q.len()).collect(),
+                    d_widths: shares.iter().map(|s| s.d.len()).collect(),
+                    f_widths: shares.iter().map(|s| s.ffn.len()).collect(),
+                    v_widths: layout.vocab.iter().map(|r| r.len()).collect(),
+                    comm,
+                    layout,
+                    att_cfg,
+                })
+            }
+            _ => None,
+        };
+        let share = match &dist {
+            Some(t) => Share::of(&cfg, &t.layout, t.layout.rank),
+            None => Share::all(&cfg),
+        };
+        let vocab_rows = dist.as_ref().map_or(0..cfg.vocab, |t| t.layout.vocab[t.layout.rank].clone());
         // an embedding table that is only looked up stays in the map, so only
         // the rows of tokens seen are ever resident; a tied one is also the
         // output head and is packed for it
+        // (split: each rank packs its vocabulary rows of the head, and looks
+        // embedding rows up in the map)
         let tied = g.tensor_info("output.weight").is_none();
-        let tok_embd = if tied {
-            load_matrix(&g, "token_embd.weight", d, cfg.vocab)?
+        let tok_embd = if tied && dist.is_none() {
+            load_matrix(&g, "token_embd.weight", d, cfg.vocab, 0..cfg.vocab)?
         } else {
             WeightRef::load(&g, "token_embd.weight", d, cfg.vocab)?
         };
-        let output = if tied { tok_embd.clone() } else { load_matrix(&g, "output.weight", d, cfg.vocab)? };
+        let output = match (tied, &dist) {
+            (true, None) => tok_embd.clone(),
+            (true, Some(_)) => load_matrix(&g, "token_embd.weight", d, cfg.vocab, vocab_rows)?,
+            (false, _) => load_matrix(&g, "output.weight", d, cfg.vocab, vocab_rows)?,
+        };
         let output_norm = load_vec(&g, "output_norm.weight", d)?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            layers.push(Layer::load_with(&g, &cfg, &format!("blk.{i}"), cfg.layer_window(i).is_some(), load_matrix)?);
+            layers.push(Layer::load_with(&g, &cfg, &format!("blk.{i}"), cfg.layer_window(i).is_some(), load_matrix, &share)?);
         }
-        Ok(Model { cfg, gguf: g, tok_embd, output, output_norm, layers })
+        Ok(Model { cfg, gguf: g, tok_embd, output, output_norm, layers, dist, full_head: std::sync::OnceLock::new() })
     }
 
     pub fn gguf(&self) -> &Arc<Gguf> {
@@ -304,16 +442,29 @@ impl Model {
         &self.output_norm
     }
 
-    /// The output head's weight (the token embedding when tied).
+    /// The output head's weight (the token embedding when tied); on a
+    /// split model, the whole head, loaded for the leader's drafters.
     pub fn output_weight(&self) -> &WeightRef {
-        &self.output
+        match &self.dist {
+            None => &self.output,
+            Some(_) => self.full_head.get_or_init(|| {
+                let name = if self.gguf.tensor_info("output.weight").is_some() { "output.weight" } else { "token_embd.weight" };
+                WeightRef::load_packed(&self.gguf, name, self.cfg.d_model, self.cfg.vocab).expect("validated at load")
+            }),
+        }
+    }
+
+    /// Width of the K/V rows this process keeps per layer (its heads' share
+    /// on a split model).
+    fn kv_dim_here(&self) -> usize {
+        self.dist.as_ref().map_or(self.cfg.kv_dim(), |t| t.att_cfg.kv_dim())
     }
 
     /// A fresh KV cache for up to `ctx` positions (clamped to the training
     /// context); local layers hold rings of their window.
     pub fn new_cache(&self, ctx: usize) -> KvCache {
         let windows: Vec<Option<usize>> = (0..self.cfg.n_layer).map(|l| self.cfg.layer_window(l)).collect();
-        KvCache::with_windows(self.cfg.kv_dim(), ctx.clamp(1, self.cfg.ctx_train.max(1)), &windows)
+        KvCache::with_windows(self.kv_dim_here(), ctx.clamp(1, self.cfg.ctx_train.max(1)), &windows)
     }
 
     /// Bytes of K/V rows a sequence holds with all `ctx` positions filled by
@@ -326,7 +477,7 @@ impl Model {
                 None => ctx,
             })
             .sum();
-        2 * rows * self.cfg.kv_dim() * 4
+        2 * rows * self.kv_dim_here() * 4
     }
 
     /// Token embedding row (dequantized).
@@ -342,7 +493,11 @@ impl Model {
     /// (with the model's logit soft-cap, if it has one).
     pub fn lm_head(&self, pool: &ThreadPool, x: &[f32], m: usize, logits: &mut Vec<f32>) {
         logits.resize(m * self.cfg.vocab, 0.0);
-        matmul(pool, &self.output.view(&self.gguf), &x[..m * self.cfg.d_model], m, logits);
+        matmul(pool, &self.output_weight().view(&self.gguf), &x[..m * self.cfg.d_model], m, logits);
+        self.softcap(logits);
+    }
+
+    fn softcap(&self, logits: &mut [f32]) {
         if let Some(cap) = self.cfg.logit_softcap {
             logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
         }
@@ -383,22 +538,38 @@ impl Model {
     }
 
     /// All blocks over the `m` rows in `s.x`, capturing the layer taps asked for.
-    fn run_layers(&self, pool: &ThreadPool, kv: &mut Kv, m: usize, taps: &[HiddenTap], s: &mut Scratch, out: &mut ForwardOutput) {
+    fn run_layers(
+        &self,
+        pool: &ThreadPool,
+        kv: &mut Kv,
+        m: usize,
+        taps: &[HiddenTap],
+        s: &mut Scratch,
+        out: &mut ForwardOutput,
+    ) -> Result<(), ModelError> {
         let d = self.cfg.d_model;
         for (li, ly) in self.layers.iter().enumerate() {
-            ly.forward(pool, &self.gguf, &self.cfg, kv, li, m, s);
+            ly.forward(pool, &self.gguf, &self.cfg, kv, li, m, s, self.dist.as_ref())?;
             for (ti, tap) in taps.iter().enumerate() {
                 if *tap == HiddenTap::Layer(li) {
                     out.hidden[ti] = s.x[..m * d].to_vec();
                 }
             }
         }
+        Ok(())
     }
 
     /// After the blocks: the final norm of the rows that need it (those
     /// given logits, or all with a `Final` tap), the `Final` taps, and the
     /// logits of `out.rows`.
-    fn output_rows(&self, pool: &ThreadPool, m: usize, taps: &[HiddenTap], s: &mut Scratch, out: &mut ForwardOutput) {
+    fn output_rows(
+        &self,
+        pool: &ThreadPool,
+        m: usize,
+        taps: &[HiddenTap],
+        s: &mut Scratch,
+        out: &mut ForwardOutput,
+    ) -> Result<(), ModelError> {
         let d = self.cfg.d_model;
         let need_final = taps.contains(&HiddenTap::Final);
         let h = resize(&mut s.h, m * d);
@@ -418,9 +589,118 @@ impl Model {
             for (j, &r) in out.rows.iter().enumerate() {
                 sel[j * d..(j + 1) * d].copy_from_slice(&h[r * d..(r + 1) * d]);
             }
-            self.lm_head(pool, &s.o[..nr * d], nr, &mut out.logits);
+            match &self.dist {
+                None => self.lm_head(pool, &s.o[..nr * d], nr, &mut out.logits),
+                Some(t) => {
+                    // this rank's vocabulary rows, then all ranks'
+                    let own = resize(&mut s.g, nr * t.v_widths[t.layout.rank]);
+                    matmul(pool, &self.output.view(&self.gguf), &s.o[..nr * d], nr, own);
+                    out.logits.resize(nr * self.cfg.vocab, 0.0);
+                    gather_columns(&*t.comm, &s.g[..nr * t.v_widths[t.layout.rank]], nr, &t.v_widths, &mut s.tmp, &mut out.logits)?;
+                    self.softcap(&mut out.logits);
+                }
+            }
         } else {
             out.logits.clear();
+        }
+        Ok(())
+    }
+
+    /// On a split model, rank 0 tells the other ranks what this forward
+    /// evaluates (see [`crate::shard`]); other ranks may not call forward.
+    fn announce(&self, caches: &[&KvCache], tokens: &[u32], starts: &[usize], rows: &[usize]) -> Result<(), ModelError> {
+        let Some(t) = &self.dist else { return Ok(()) };
+        if !t.layout.is_leader() {
+            return Err(ModelError::Shard(format!("rank {} called a forward pass; only rank 0 does", t.layout.rank)));
+        }
+        let segs = caches
+            .iter()
+            .enumerate()
+            .map(|(j, c)| FrameSeg { id: c.id(), ctx: c.ctx(), start: c.len(), tokens: tokens[starts[j]..starts[j + 1]].to_vec() })
+            .collect();
+        let mut frame = Vec::new();
+        Frame::Forward { segs, rows: rows.to_vec() }.encode(&mut frame);
+        t.comm.broadcast(&mut frame)
+    }
+
+    /// Rank 0 of a split model: tell the other ranks to return from
+    /// [`follow`](Self::follow).
+    pub fn stop_followers(&self) -> Result<(), ModelError> {
+        match &self.dist {
+            Some(t) if t.layout.is_leader() => {
+                let mut frame = Vec::new();
+                Frame::Stop.encode(&mut frame);
+                t.comm.broadcast(&mut frame)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The loop of ranks other than 0 on a split model: receive each frame
+    /// of the leader, bring the caches it names to its start positions (a
+    /// rollback on the leader is a shorter start here), and run the same
+    /// forward on this rank's share. Returns when the leader stops.
+    pub fn follow(&self, pool: &ThreadPool) -> Result<(), ModelError> {
+        let Some(t) = &self.dist else { return Err(ModelError::Shard("follow: the model is not split".into())) };
+        if t.layout.is_leader() {
+            return Err(ModelError::Shard("follow: rank 0 leads".into()));
+        }
+        let mut caches: std::collections::HashMap<u64, KvCache> = std::collections::HashMap::new();
+        let mut frame = Vec::new();
+        let mut out = ForwardOutput::default();
+        loop {
+            t.comm.broadcast(&mut frame)?;
+            let (segs, rows) = match Frame::decode(&frame)? {
+                Frame::Stop => return Ok(()),
+                Frame::Forward { segs, rows } => (segs, rows),
+            };
+            let mut starts = vec![0];
+            let mut tokens = Vec::new();
+            for sg in &segs {
+                let c = caches.entry(sg.id).or_insert_with(|| self.new_cache(sg.ctx));
+                c.truncate(sg.start);
+                if c.len() != sg.start {
+                    return Err(ModelError::Shard(format!(
+                        "rank {}: sequence {} is at position {} here, {} on the leader",
+                        t.layout.rank,
+                        sg.id,
+                        c.len(),
+                        sg.start
+                    )));
+                }
+                tokens.extend_from_slice(&sg.tokens);
+                starts.push(tokens.len());
+            }
+            let m = tokens.len();
+            self.check_inputs(&tokens, &[])?;
+            out.rows = rows;
+            if m == 0 {
+                continue;
+            }
+            SCRATCH.with(|s| -> Result<(), ModelError> {
+                let s = &mut *s.borrow_mut();
+                self.embed_rows(&tokens, s);
+                for (j, sg) in segs.iter().enumerate() {
+                    for i in starts[j]..starts[j + 1] {
+                        rope_row(&self.cfg, s, m, i, sg.start + i - starts[j]);
+                    }
+                }
+                // the caches named, in segment order (a sequence appears once per frame)
+                let mut by_id: std::collections::HashMap<u64, &mut KvCache> = caches.iter_mut().map(|(k, v)| (*k, v)).collect();
+                let mut refs: Vec<&mut KvCache> = Vec::with_capacity(segs.len());
+                for sg in &segs {
+                    refs.push(by_id.remove(&sg.id).ok_or_else(|| ModelError::Shard("a sequence twice in one frame".into()))?);
+                }
+                if refs.len() == 1 {
+                    self.run_layers(pool, &mut Kv::One(&mut *refs[0]), m, &[], s, &mut out)?;
+                } else {
+                    self.run_layers(pool, &mut Kv::Segs { caches: &mut refs, starts: &starts }, m, &[], s, &mut out)?;
+                }
+                for (j, c) in refs.iter_mut().enumerate() {
+                    c.commit(starts[j + 1] - starts[j]);
+                }
+                self.output_rows(pool, m, &[], s, &mut out)
+            })?;
         }
     }
 
@@ -464,6 +744,7 @@ impl Model {
             return Ok(());
         }
         let p0 = cache.len();
+        self.announce(&[&*cache], tokens, &[0, m], &out.rows)?;
 
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
@@ -474,12 +755,11 @@ impl Model {
                 rope_row(cfg, s, m, i, p0 + i);
             }
 
-            self.run_layers(pool, &mut Kv::One(&mut *cache), m, taps, s, out);
+            self.run_layers(pool, &mut Kv::One(&mut *cache), m, taps, s, out)?;
             cache.commit(m);
 
-            self.output_rows(pool, m, taps, s, out);
-        });
-        Ok(())
+            self.output_rows(pool, m, taps, s, out)
+        })
     }
 
     /// One decode step for each of several sequences at once: row i is
@@ -530,7 +810,7 @@ impl Model {
             if c.len() + n > c.ctx() {
                 return Err(ModelError::ContextFull { have: c.len(), add: n, ctx: c.ctx() });
             }
-            if c.n_layer() != cfg.n_layer || c.kv_dim() != cfg.kv_dim() {
+            if c.n_layer() != cfg.n_layer || c.kv_dim() != self.kv_dim_here() {
                 return Err(ModelError::BadConfig("forward_batch: a cache of another model".into()));
             }
             let s0 = tokens.len();
@@ -552,6 +832,10 @@ impl Model {
             out.logits.clear();
             return Ok(());
         }
+        if self.dist.is_some() {
+            let refs: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+            self.announce(&refs, &tokens, &starts, &out.rows)?;
+        }
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
             self.embed_rows(&tokens, s);
@@ -560,13 +844,12 @@ impl Model {
                     rope_row(cfg, s, m, i, c.len() + i - starts[j]);
                 }
             }
-            self.run_layers(pool, &mut Kv::Segs { caches: &mut *caches, starts: &starts }, m, taps, s, out);
+            self.run_layers(pool, &mut Kv::Segs { caches: &mut *caches, starts: &starts }, m, taps, s, out)?;
             for (j, c) in caches.iter_mut().enumerate() {
                 c.commit(starts[j + 1] - starts[j]);
             }
-            self.output_rows(pool, m, taps, s, out);
-        });
-        Ok(())
+            self.output_rows(pool, m, taps, s, out)
+        })
     }
 }
 

@@ -108,6 +108,33 @@ impl WeightRef {
         Ok(w)
     }
 
+    /// Rows `rows` of matrix `name` (`[k, n]` in ggml order), packed like
+    /// [`load_packed`](Self::load_packed): one rank's share of a split
+    /// matrix. Only those rows' pages of the map are read, and released
+    /// once packed.
+    pub fn load_packed_rows(g: &Gguf, name: &str, k: usize, n: usize, rows: Range<usize>) -> Result<Self, ModelError> {
+        if rows.start == 0 && rows.end == n {
+            return Self::load_packed(g, name, k, n);
+        }
+        let w = Self::load(g, name, k, n)?;
+        let Storage::Mapped { start, len } = w.storage else { unreachable!("load maps") };
+        let rb = len / n.max(1);
+        if rows.end > n || rows.start > rows.end {
+            return Err(ModelError::BadConfig(format!("{name}: rows {rows:?} of {n}")));
+        }
+        let (a, b) = (start + rows.start * rb, start + rows.end * rb);
+        let bytes = &g.bytes()[a..b];
+        let nr = rows.len();
+        Weight::new(name, w.ty, nr, k, bytes)?;
+        let packed = if std::env::var("TANDEM_NO_REPACK").is_ok() {
+            None
+        } else {
+            pack(w.ty, nr, k, bytes, |used| g.release(a + used.start..a + used.end))
+        };
+        let storage = packed.unwrap_or(Storage::Mapped { start: a, len: b - a });
+        Ok(WeightRef { name: w.name, ty: w.ty, n: nr, k, storage })
+    }
+
     /// Like [`load`](Self::load), but dequantized to an owned f32 matrix:
     /// products with it keep activations in f32 too, so a model loaded this
     /// way computes what its quantized weights mean without activation

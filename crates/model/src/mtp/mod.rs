@@ -409,7 +409,7 @@ impl MtpHead {
             for i in 0..m {
                 ops::rope_angles(p0 + i, cfg.rope_dim, cfg.rope_base, cfg.rope_scale, &mut s.cs[i * half..(i + 1) * half]);
             }
-            self.block.forward(pool, &self.gguf, cfg, &mut Kv::One(&mut *cache), 0, m, s);
+            self.block.forward(pool, &self.gguf, cfg, &mut Kv::One(&mut *cache), 0, m, s, None).expect("one process");
             cache.commit(m);
             out_hidden.clear();
             out_hidden.extend_from_slice(&s.x[..m * d]);
