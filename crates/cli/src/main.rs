@@ -33,13 +33,71 @@ fn main() {
         tracing_subscriber::EnvFilter::new(if cli.run.verbose || serving { "info" } else { "warn" })
     });
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
-    if let Err(e) = run(cli) {
-        eprintln!("error: {}", errors::message(&e));
+    #[cfg(feature = "mpi")]
+    let _universe = match start_mpi() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("error: {}", errors::message(&e));
+            std::process::exit(1);
+        }
+    };
+    #[cfg(not(feature = "mpi"))]
+    if launched_ranks() > 1 {
+        eprintln!("error: started as one of {} MPI ranks, but this tandem was built without MPI (cargo build --release -p tandem-cli --features mpi)", launched_ranks());
+        std::process::exit(1);
+    }
+    let result = if tandem_engine::distributed::is_follower() { follow(&cli) } else { run(cli) };
+    // rank 0 of several: the other ranks return from their loop
+    tandem_engine::distributed::finish();
+    if let Err(e) = result {
+        match tandem_engine::distributed::group() {
+            Some(g) => eprintln!("error (rank {}): {}", g.rank(), errors::message(&e)),
+            None => eprintln!("error: {}", errors::message(&e)),
+        }
         std::process::exit(1);
     }
 }
 
+/// Ranks `mpirun` started (1 when not started by it).
+fn launched_ranks() -> usize {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"].iter().find_map(|k| std::env::var(k).ok()?.parse().ok()).unwrap_or(1)
+}
+
+/// Under `mpirun` with several ranks: initialize MPI and join its world
+/// (the returned universe finalizes MPI when dropped at exit).
+#[cfg(feature = "mpi")]
+fn start_mpi() -> Result<Option<mpi::environment::Universe>> {
+    if launched_ranks() <= 1 {
+        return Ok(None);
+    }
+    let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Serialized).context("initializing MPI")?;
+    tandem_engine::distributed::join(std::sync::Arc::new(tandem_engine::distributed::MpiGroup::world()));
+    Ok(Some(universe))
+}
+
+/// The commands that run split over ranks: generation, chat and serve.
+fn split_model_args(cli: &Cli) -> Result<&ModelArgs> {
+    match &cli.cmd {
+        None => Ok(&cli.run.model),
+        Some(Cmd::Serve(s)) => Ok(&s.model),
+        Some(_) => {
+            anyhow::bail!("under mpirun, tandem runs generation, chat and `serve` split over the ranks; run other commands in one process")
+        }
+    }
+}
+
+/// A rank other than 0: load this rank's share of the model and run the
+/// forward passes rank 0 announces until it stops.
+fn follow(cli: &Cli) -> Result<()> {
+    let engine = load_engine(split_model_args(cli)?)?;
+    engine.model.follow(&engine.pool).context("following rank 0")?;
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
+    if tandem_engine::distributed::group().is_some() {
+        split_model_args(&cli)?;
+    }
     match cli.cmd {
         None => chat::run(&cli.run),
         Some(Cmd::Inspect { file, all, same_tensors: None }) => inspect::run(&file, all),
@@ -113,8 +171,12 @@ pub fn load_engine(m: &ModelArgs) -> Result<Arc<Engine>> {
     let threads = m.threads.unwrap_or_else(tandem_kernels::pool::physical_cores);
     let engine = Engine::load(&path, threads).with_context(|| format!("loading {}", path.display()))?;
     let cfg = &engine.model.cfg;
+    if tandem_engine::distributed::is_follower() {
+        return Ok(Arc::new(engine));
+    }
+    let ranks = tandem_engine::distributed::group().map(|g| format!(", rank 0 of {} (tensor parallel)", g.size())).unwrap_or_default();
     eprintln!(
-        "loaded {} ({} layers, width {}, vocab {}) in {:.0} ms; {} threads, SIMD {:?}{}",
+        "loaded {} ({} layers, width {}, vocab {}) in {:.0} ms; {} threads, SIMD {:?}{}{ranks}",
         path.file_name().unwrap_or_default().to_string_lossy(),
         cfg.n_layer,
         cfg.d_model,

@@ -281,10 +281,13 @@ impl Batch {
         let own = shared(&self.slots[i].session.tokens);
         // a longer kept prefix (not for drafters that need hidden rows of
         // every position: they did not see the kept one evaluated)
-        let best = if self.taps.is_empty() { self.kept.iter().map(|k| shared(&k.tokens)).max().filter(|&n| n > own) } else { None };
+        // (a split model's followers hold only the sequences they saw)
+        let split = self.engine.model.is_split();
+        let best =
+            if self.taps.is_empty() && !split { self.kept.iter().map(|k| shared(&k.tokens)).max().filter(|&n| n > own) } else { None };
         let slot = &mut self.slots[i];
         let held = slot.session.tokens.len();
-        if held >= MIN_KEPT_PREFIX && own < held {
+        if held >= MIN_KEPT_PREFIX && own < held && !split {
             // what this slot holds beyond the shared part would be lost
             let tokens = slot.session.tokens.clone();
             let cache = slot.session.cache.prefix(held);

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod distributed;
 pub mod fetch;
 mod session;
 pub mod speculation;

@@ -81,7 +81,12 @@ pub struct Engine {
 impl Engine {
     pub fn load(path: impl AsRef<std::path::Path>, threads: usize) -> Result<Self, EngineError> {
         let gguf = Arc::new(tandem_gguf::Gguf::open(path)?);
-        let model = Arc::new(Model::from_gguf(gguf.clone())?);
+        // one rank of several (`mpirun`): this rank's share of the model
+        let model = Arc::new(match crate::distributed::group() {
+            Some(comm) => crate::distributed::load_split(gguf.clone(), comm.clone())?,
+            None => Model::from_gguf(gguf.clone())?,
+        });
+        crate::distributed::lead(&model);
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         let template = match tokenizer.chat_template() {
             Some(src) => ChatTemplate::new(src)?,
