@@ -46,14 +46,28 @@ pub fn load_split(g: Arc<Gguf>, comm: Arc<dyn Collective>) -> Result<Model, Mode
 
 /// Rank 0: remember the model whose followers [`finish`] stops.
 pub(crate) fn lead(model: &Arc<Model>) {
-    if model.is_split() {
+    if model.is_split() && !is_follower() {
         let _ = LED.set(model.clone());
     }
 }
 
-/// Rank 0 at exit: tell the followers to return.
+/// Rank 0 at exit: tell the followers to return (and, with
+/// `TANDEM_COMM_STATS` set, print what the collectives cost).
 pub fn finish() {
     if let Some(m) = LED.get() {
+        if std::env::var_os("TANDEM_COMM_STATS").is_some() {
+            if let Some(g) = group() {
+                let s = g.stats();
+                eprintln!(
+                    "tensor parallel, rank 0 of {}: {} all-gathers, {} broadcasts, {:.1} MB received, {:.3} s in collectives",
+                    g.size(),
+                    s.gathers,
+                    s.broadcasts,
+                    s.bytes_in as f64 / 1e6,
+                    s.seconds
+                );
+            }
+        }
         if let Err(e) = m.stop_followers() {
             eprintln!("tandem: stopping the other ranks: {e}");
         }
@@ -112,13 +126,14 @@ mod mpi_group {
     use mpi::datatype::PartitionMut;
     use mpi::topology::SimpleCommunicator;
     use mpi::traits::*;
-    use tandem_model::shard::Collective;
+    use tandem_model::shard::{Collective, CommStats};
     use tandem_model::ModelError;
 
     pub struct MpiGroup {
         rank: usize,
         size: usize,
-        lock: Mutex<()>,
+        /// Serializes the calls, and counts them.
+        lock: Mutex<CommStats>,
     }
 
     impl MpiGroup {
@@ -126,7 +141,7 @@ mod mpi_group {
         /// as long as the group is used).
         pub fn world() -> MpiGroup {
             let w = SimpleCommunicator::world();
-            MpiGroup { rank: w.rank() as usize, size: w.size() as usize, lock: Mutex::new(()) }
+            MpiGroup { rank: w.rank() as usize, size: w.size() as usize, lock: Mutex::new(CommStats::default()) }
         }
     }
 
@@ -151,23 +166,34 @@ mod mpi_group {
                 })
                 .collect();
             let total = counts.iter().sum::<usize>();
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let t0 = std::time::Instant::now();
             let w = SimpleCommunicator::world();
             let mut part = PartitionMut::new(&mut out[..total], c, &displs[..]);
             w.all_gather_varcount_into(mine, &mut part);
+            st.gathers += 1;
+            st.bytes_in += 4 * (total - mine.len()) as u64;
+            st.seconds += t0.elapsed().as_secs_f64();
             Ok(())
         }
         fn broadcast(&self, frame: &mut Vec<u8>) -> Result<(), ModelError> {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let t0 = std::time::Instant::now();
             let w = SimpleCommunicator::world();
             let root = w.process_at_rank(0);
             let mut len = frame.len() as u64;
             root.broadcast_into(&mut len);
             if self.rank != 0 {
                 frame.resize(len as usize, 0);
+                st.bytes_in += 8 + len;
             }
             root.broadcast_into(&mut frame[..]);
+            st.broadcasts += 1;
+            st.seconds += t0.elapsed().as_secs_f64();
             Ok(())
+        }
+        fn stats(&self) -> CommStats {
+            *self.lock.lock().unwrap_or_else(|e| e.into_inner())
         }
     }
 }

@@ -34,6 +34,19 @@ pub trait Collective: Send + Sync {
     /// Rank 0's `frame` to every rank: sent from rank 0, received (replacing
     /// the contents) elsewhere.
     fn broadcast(&self, frame: &mut Vec<u8>) -> Result<(), ModelError>;
+    /// What the collectives cost so far, where the group counts it.
+    fn stats(&self) -> CommStats {
+        CommStats::default()
+    }
+}
+
+/// Collective calls, bytes this rank received, and seconds inside them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommStats {
+    pub gathers: u64,
+    pub broadcasts: u64,
+    pub bytes_in: u64,
+    pub seconds: f64,
 }
 
 /// `n` split into `parts` contiguous ranges whose boundaries are multiples
