@@ -3,7 +3,8 @@
 over two ranks equal those of one process, bit for bit (greedy text and
 token ids), with plain decoding, prompt lookup, the MTP head and the DSpark
 drafter on the 24 dev prompts, and with seeded sampling; the CLI's output
-too. A rank with another model file stops the run with a clear error.
+too. A rank with another model file stops the run with a clear error, and
+a rank killed mid-run ends the job instead of hanging it.
 Sampling with a seed (and a fixed draft length) gives one process's text.
 
 TANDEM_MPI_BIN: a tandem built with `--features mpi` (default
@@ -137,6 +138,40 @@ def test_a_rank_with_another_model_is_a_clear_error():
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
     assert "different model file" in r.stderr, r.stderr[-2000:]
+
+
+def rank_pid(parent, rank):
+    """The pid of `rank` among the processes `parent` (mpirun) started."""
+    out = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split()
+    for pid in out:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def test_a_dead_rank_ends_the_job():
+    s = Server(2)
+    try:
+        assert s.ask(prompts()[0])[0]
+        pid = rank_pid(s.proc.pid, 1)
+        assert pid, "rank 1 not found"
+        os.kill(pid, 9)
+        # the next request cannot be answered; the job must end, not hang
+        try:
+            s.ask(prompts()[1])
+        except Exception:  # noqa: BLE001
+            pass
+        code = s.proc.wait(timeout=120)
+        assert code != 0, "mpirun exited 0 after a rank died"
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+        s.proc.stderr.close()
 
 
 if __name__ == "__main__":
