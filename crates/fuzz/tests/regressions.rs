@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 /// Saved inputs that still fail, by name prefix, with why
 /// (docs/reliability.md).
-const KNOWN_OPEN: &[(&str, &str)] = &[(
-    "chat_template/slow-",
-    "templates whose instructions copy growing lists or repeat strings: within the fuel bound, but up to about 60 s",
-)];
+const KNOWN_OPEN: &[(&str, &str)] = &[];
 
 fn known_open(key: &str) -> bool {
     KNOWN_OPEN.iter().any(|(k, _)| key.starts_with(k))

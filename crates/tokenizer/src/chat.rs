@@ -1,7 +1,11 @@
 //! Chat templates: the Jinja template a model ships in `tokenizer.chat_template`,
 //! rendered with minijinja under the settings HF `transformers` uses.
 
-use minijinja::{context, Environment, Error, ErrorKind, Value};
+use minijinja::machinery::{make_string_output, CompiledTemplate, TemplateConfig, Vm, WhitespaceConfig};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{context, AutoEscape, Environment, Error, ErrorKind, Value};
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::{Tokenizer, TokenizerError};
@@ -23,6 +27,13 @@ impl ChatMessage {
 /// hostile or broken one must fail instead of hanging; real chat templates use a
 /// few hundred instructions per message, far below this.
 const FUEL: u64 = 5_000_000;
+
+/// Work one render may do besides instructions (see `template_budget`): a
+/// fixed allowance plus a multiple of the conversation's size. Real templates
+/// read each message a handful of times; copying a growing list or doubling a
+/// string exhausts this long before it costs a second.
+const WORK_BASE: u64 = 16 << 20;
+const WORK_PER_INPUT_UNIT: u64 = 64;
 
 /// ChatML, for models whose GGUF carries no template.
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
@@ -52,6 +63,7 @@ const GEMMA: &str = r#"{%- if messages and messages[0]['role'] == 'system' -%}
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
 }
 
 impl ChatTemplate {
@@ -67,8 +79,10 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> { Err(Error::new(ErrorKind::InvalidOperation, msg)) });
         env.add_function("strftime_now", |fmt: String| -> Result<Value, Error> { strftime_now(&fmt).map(Value::from) });
-        env.add_template_owned("chat", source.to_owned()).map_err(template_error)?;
-        Ok(Self { env })
+        crate::template_budget::register(&mut env);
+        crate::template_budget::check_constant_repetition(source, whitespace()).map_err(template_error)?;
+        compile(source).map_err(template_error)?;
+        Ok(Self { env, source: source.to_owned() })
     }
 
     /// The ChatML template (`<|im_start|>role\ncontent<|im_end|>\n`), the usual
@@ -96,15 +110,50 @@ impl ChatTemplate {
     /// Renders `messages`. `bos` and `eos` are exposed as `bos_token` and
     /// `eos_token`, which many templates emit themselves.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool, bos: &str, eos: &str) -> Result<String, TokenizerError> {
-        let tmpl = self.env.get_template("chat").map_err(template_error)?;
-        tmpl.render(context! {
+        // Compiled per render: the rewritten instructions borrow the source,
+        // and compiling a chat template costs microseconds next to a request.
+        let compiled = compile(&self.source).map_err(template_error)?;
+        let instructions = crate::template_budget::rewrite(&compiled.instructions);
+        let blocks: BTreeMap<&str, _> = compiled.blocks.iter().map(|(k, v)| (*k, crate::template_budget::rewrite(v))).collect();
+        let root = context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
             bos_token => bos,
             eos_token => eos,
-        })
-        .map_err(template_error)
+        };
+        let input = crate::template_budget::size_up_to(&root, u64::MAX / WORK_PER_INPUT_UNIT);
+        let budget = WORK_BASE.saturating_add(input.saturating_mul(WORK_PER_INPUT_UNIT));
+        let mut rendered = String::new();
+        // minijinja can panic on some template constructs (a backwards slice
+        // of an empty lazy sequence indexes out of bounds); a template from a
+        // file must not take the process down, so a panic is an error here.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::template_budget::with_budget(budget, || {
+                let mut out = make_string_output(&mut rendered);
+                Vm::new(&self.env).eval(&instructions, root, &blocks, &mut out, AutoEscape::None).map(|_| ())
+            })
+        }));
+        match result {
+            Ok(done) => done.map_err(template_error)?,
+            Err(_) => return Err(TokenizerError::Template("the chat template crashed the renderer (a minijinja panic)".into())),
+        }
+        Ok(rendered)
     }
+}
+
+/// The whitespace settings of `transformers`.
+fn whitespace() -> WhitespaceConfig {
+    WhitespaceConfig { keep_trailing_newline: false, lstrip_blocks: true, trim_blocks: true }
+}
+
+/// Compiles `source` with the whitespace settings of `transformers`.
+fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
+    let config = TemplateConfig {
+        syntax_config: SyntaxConfig,
+        ws_config: whitespace(),
+        default_auto_escape: std::sync::Arc::new(|_: &str| AutoEscape::None),
+    };
+    CompiledTemplate::new("chat", source, &config)
 }
 
 fn template_error(e: Error) -> TokenizerError {

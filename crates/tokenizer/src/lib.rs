@@ -15,6 +15,7 @@ mod pretok;
 mod special;
 mod spm;
 mod stream;
+mod template_budget;
 mod tokenizer;
 mod unicode;
 
