@@ -579,6 +579,15 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 10.0)]
     pub shutdown_timeout: f64,
+    /// Open connections at most; more are closed on accept (idle clients cannot exhaust the server).
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (slow clients are disconnected; also the keep-alive idle limit).
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a client has to send a request's body once its headers arrived (then 408).
+    #[arg(long, default_value_t = 30.0)]
+    pub body_timeout: f64,
     #[command(flatten)]
     pub spec: SpecArgs,
 }

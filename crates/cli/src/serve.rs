@@ -24,6 +24,12 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     anyhow::ensure!(a.shutdown_timeout >= 0.0 && a.shutdown_timeout.is_finite(), "--shutdown-timeout must be >= 0");
     cfg.keepalive = Duration::from_secs_f64(a.keepalive);
     cfg.shutdown_grace = Duration::from_secs_f64(a.shutdown_timeout);
+    anyhow::ensure!(a.max_connections >= 1, "--max-connections must be at least 1");
+    anyhow::ensure!(a.header_timeout > 0.0 && a.header_timeout.is_finite(), "--header-timeout must be a positive number of seconds");
+    anyhow::ensure!(a.body_timeout > 0.0 && a.body_timeout.is_finite(), "--body-timeout must be a positive number of seconds");
+    cfg.limits.max_connections = a.max_connections;
+    cfg.limits.header_timeout = Duration::from_secs_f64(a.header_timeout);
+    cfg.body_timeout = Duration::from_secs_f64(a.body_timeout);
     cfg.spec = a.spec.options(&engine)?;
     // one slot's K/V rows with its context full (prompts go in chunks of
     // at most the session's prefill chunk)

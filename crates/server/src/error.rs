@@ -70,6 +70,16 @@ impl ApiError {
         e
     }
 
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        let mut e = Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("The request body did not arrive within {:.0} s (--body-timeout).", limit.as_secs_f64()),
+        );
+        e.code = Some("request_timeout");
+        e
+    }
+
     pub fn queue_full(max_queue: usize) -> Self {
         let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -56,6 +56,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         // the handlers read the body themselves and answer 413 in OpenAI's shape
         .layer(axum::extract::DefaultBodyLimit::max(state.cfg.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), read_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), account));
     if state.cfg.cors {
         app = app.layer(tower_http::cors::CorsLayer::permissive());
@@ -77,6 +78,36 @@ async fn account(State(st): St, req: Request, next: Next) -> Response {
     let r = next.run(req).await;
     st.shared.metrics.record_http(&route, r.status().as_u16());
     r
+}
+
+/// Reads a request's body before routing, within `body_timeout` and
+/// `max_body_bytes`: a client that stops sending midway gets 408 instead of
+/// holding its connection and a task forever, and an oversized body 413
+/// before it is buffered.
+async fn read_body(State(st): St, req: Request, next: Next) -> Response {
+    let max = st.cfg.max_body_bytes;
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return ApiError::too_large(max).into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let mut chunks = body.into_data_stream();
+    let read = async {
+        let mut buf = Vec::new();
+        while let Some(chunk) = futures_util::StreamExt::next(&mut chunks).await {
+            let chunk = chunk.map_err(|e| ApiError::bad_request(format!("Could not read the request body: {e}")))?;
+            if buf.len() + chunk.len() > max {
+                return Err(ApiError::too_large(max));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf)
+    };
+    match tokio::time::timeout(st.cfg.body_timeout, read).await {
+        Ok(Ok(buf)) => next.run(Request::from_parts(parts, axum::body::Body::from(buf))).await,
+        Ok(Err(e)) => e.into_response(),
+        Err(_) => ApiError::body_timeout(st.cfg.body_timeout).into_response(),
+    }
 }
 
 async fn auth(State(st): St, req: Request, next: Next) -> Response {

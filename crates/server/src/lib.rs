@@ -21,6 +21,7 @@
 
 mod error;
 mod http;
+mod listen;
 mod metrics;
 pub mod request;
 pub mod stop;
@@ -36,6 +37,7 @@ use sha2::{Digest, Sha256};
 use tandem_engine::{Engine, SpecOptions};
 
 pub use error::{ApiError, ServerError};
+pub use listen::ConnectionLimits;
 
 /// Environment variable read for the API key when none is configured.
 pub const API_KEY_ENV: &str = "TANDEM_API_KEY";
@@ -69,6 +71,10 @@ pub struct ServerConfig {
     pub prefill_chunk: usize,
     /// Bytes of K/V rows held in all: the slots' plus kept prompt prefixes.
     pub kv_budget: usize,
+    /// Open connections, header deadline and header size.
+    pub limits: ConnectionLimits,
+    /// Time a client has to send a request body once its headers arrived.
+    pub body_timeout: Duration,
 }
 
 impl ServerConfig {
@@ -89,6 +95,8 @@ impl ServerConfig {
             parallel: 1,
             prefill_chunk: tandem_engine::batch::DEFAULT_PREFILL_CHUNK,
             kv_budget: 2 << 30,
+            limits: ConnectionLimits { max_connections: 512, header_timeout: Duration::from_secs(10), max_header_bytes: 64 << 10 },
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -116,6 +124,7 @@ pub async fn serve(
     }
     let key_hash = cfg.api_key.as_ref().filter(|k| !k.is_empty()).map(|k| Sha256::digest(k.as_bytes()).into());
     let grace = cfg.shutdown_grace;
+    let limits = cfg.limits;
     let state = Arc::new(http::AppState {
         engine,
         created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -144,7 +153,11 @@ pub async fn serve(
             let _ = hard_tx.send(());
         });
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let counted = shared.clone();
+    let rejected = move || {
+        counted.metrics.rejected_connections.fetch_add(1, Ordering::Relaxed);
+    };
+    let server = listen::serve_connections(listener, app, limits, signal, rejected);
     tokio::select! {
         r = server => r?,
         _ = hard_rx => tracing::warn!("connections still open after the grace period; closing them"),

@@ -17,6 +17,8 @@ pub struct Metrics {
     pub failed: AtomicU64,
     /// Requests refused because the queue was full.
     pub rejected_queue_full: AtomicU64,
+    /// Connections closed at accept because `max_connections` were open.
+    pub rejected_connections: AtomicU64,
     pub prompt_tokens: AtomicU64,
     /// Prompt tokens reused from the kept KV cache.
     pub cached_tokens: AtomicU64,
@@ -96,6 +98,12 @@ impl Metrics {
             "counter",
             "Requests refused with 503 because the queue was full.",
             &one(c(&self.rejected_queue_full)),
+        );
+        metric(
+            "tandem_connections_rejected_total",
+            "counter",
+            "Connections closed on accept because --max-connections were open.",
+            &one(c(&self.rejected_connections)),
         );
         metric("tandem_prompt_tokens_total", "counter", "Prompt tokens received (tokens in).", &one(c(&self.prompt_tokens)));
         metric(
