@@ -72,22 +72,18 @@ pub(crate) async fn serve_connections(
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             tokio::pin!(conn);
-            loop {
-                tokio::select! {
-                    r = conn.as_mut() => {
-                        if let Err(e) = r {
-                            tracing::debug!("connection closed: {e}");
-                        }
-                        break;
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!("connection closed: {e}");
                     }
-                    changed = stop.changed() => {
-                        if changed.is_ok() && *stop.borrow() {
-                            conn.as_mut().graceful_shutdown();
-                        }
-                        // keep serving the current request; the sender may be gone
-                        let _ = conn.as_mut().await;
-                        break;
+                }
+                changed = stop.changed() => {
+                    if changed.is_ok() && *stop.borrow() {
+                        conn.as_mut().graceful_shutdown();
                     }
+                    // finish the current request, then the connection closes
+                    let _ = conn.as_mut().await;
                 }
             }
             drop(permit);
