@@ -80,7 +80,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> { Err(Error::new(ErrorKind::InvalidOperation, msg)) });
         env.add_function("strftime_now", |fmt: String| -> Result<Value, Error> { strftime_now(&fmt).map(Value::from) });
         crate::template_budget::register(&mut env);
-        crate::template_budget::check_constant_repetition(source, whitespace()).map_err(template_error)?;
+        crate::template_budget::check_source(source, whitespace()).map_err(template_error)?;
         compile(source).map_err(template_error)?;
         Ok(Self { env, source: source.to_owned() })
     }

@@ -358,41 +358,74 @@ fn split_name(args: &[Value]) -> Result<(String, &[Value]), Error> {
     Ok((name.to_owned(), rest))
 }
 
-/// The largest repetition count of a constant string or list a template may
-/// spell out (`'-' * 80` is common; `'x' * 100000000` is an attack).
+/// The largest constant a template may spell out by repetition, in bytes of
+/// the repeated string (or elements of a list) times the count: `'-' * 80`
+/// is common; `'x' * 100000000` is an attack.
 const MAX_CONSTANT_REPEAT: u128 = 1_000_000;
 
-/// Refuses templates that repeat a constant string or list more than
-/// [`MAX_CONSTANT_REPEAT`] times. minijinja folds constant expressions while
+/// Tokens one `{{ ... }}` or `{% ... %}` tag may hold. Real chat templates
+/// stay under about 60.
+const MAX_TAG_TOKENS: usize = 512;
+
+/// Refuses templates that repeat a constant string or list beyond
+/// [`MAX_CONSTANT_REPEAT`]. minijinja folds constant expressions while
 /// compiling, before any budget applies, and retries the fold at every level
 /// of a failing expression, so `'x' * 100000000 * 10 * ...` would cost seconds
 /// and hundreds of megabytes at load. The check multiplies the integer
 /// literals of each run of constant tokens joined by `*` that contains a
-/// string or list literal; integer arithmetic alone (`60 * 60 * 24`) is cheap
+/// string or list literal, times the longest string literal in it; integer arithmetic alone (`60 * 60 * 24`) is cheap
 /// and allowed.
-pub(crate) fn check_constant_repetition(source: &str, ws: WhitespaceConfig) -> Result<(), Error> {
+///
+/// It also refuses tags of more than [`MAX_TAG_TOKENS`] tokens: minijinja
+/// parses, folds and compiles a chain of operators, filters or attribute
+/// lookups (`x + x + ...`, `not not ...`, `x|f|f...`, `x.a.a...`) by
+/// recursion as deep as the chain, with no limit, so a long enough chain
+/// overflows the stack and aborts the process.
+pub(crate) fn check_source(source: &str, ws: WhitespaceConfig) -> Result<(), Error> {
     let mut product: u128 = 1;
+    // longest string literal in the run: what one repetition copies
+    let mut unit: u128 = 1;
     let mut has_sequence = false;
     let mut has_mul = false;
+    let mut in_tag: usize = 0;
     for token in tokenize(source, false, SyntaxConfig, ws) {
         // Lexer errors are reported by the compiler with better context.
         let Ok((token, _)) = token else { return Ok(()) };
         match token {
+            Token::VariableStart | Token::BlockStart | Token::TemplateData(_) => in_tag = 0,
+            _ => in_tag += 1,
+        }
+        if in_tag > MAX_TAG_TOKENS {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("a tag of the chat template has more than {MAX_TAG_TOKENS} tokens (a chain that long would overflow the compiler's stack)"),
+            ));
+        }
+        match token {
             Token::Int(n) => product = product.saturating_mul(u128::from(n)),
             Token::Int128(n) => product = product.saturating_mul(*n),
-            Token::Str(_) | Token::String(_) | Token::BracketOpen => has_sequence = true,
+            Token::Str(text) => {
+                has_sequence = true;
+                unit = unit.max(text.len() as u128);
+            }
+            Token::String(text) => {
+                has_sequence = true;
+                unit = unit.max(text.len() as u128);
+            }
+            Token::BracketOpen => has_sequence = true,
             Token::Mul => has_mul = true,
             Token::BracketClose | Token::ParenOpen | Token::ParenClose | Token::Comma => {}
             _ => {
                 product = 1;
+                unit = 1;
                 has_sequence = false;
                 has_mul = false;
             }
         }
-        if has_mul && has_sequence && product > MAX_CONSTANT_REPEAT {
+        if has_mul && has_sequence && product.saturating_mul(unit) > MAX_CONSTANT_REPEAT {
             return Err(Error::new(
                 ErrorKind::InvalidOperation,
-                format!("the chat template repeats a constant string or list more than {MAX_CONSTANT_REPEAT} times"),
+                format!("the chat template repeats a constant string or list to more than {MAX_CONSTANT_REPEAT} bytes or elements"),
             ));
         }
     }

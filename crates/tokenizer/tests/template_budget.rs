@@ -113,6 +113,25 @@ fn hostile_templates_stop_within_the_budget() {
         // deep recursion
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     ];
+    // chains minijinja compiles by recursion as deep as the chain (each of
+    // these overflowed an 8 MB stack before tags were bounded)
+    let chains = [
+        format!("{{{{ {} }}}}", vec!["x"; 50000].join(" + ")),
+        format!("{{{{ {} }}}}", vec!["1"; 50000].join(" ~ ")),
+        format!("{{% if {} %}}{{% endif %}}", vec!["x"; 50000].join(" and ")),
+        format!("{{{{ x{} }}}}", "|upper".repeat(50000)),
+        format!("{{{{ x{} }}}}", ".a".repeat(50000)),
+        format!("{{{{ {}x }}}}", "not ".repeat(50000)),
+        format!("{{{{ {}x }}}}", "-".repeat(50000)),
+        format!("{{{{ x{} }}}}", "[0]".repeat(50000)),
+        format!("{{{{ x{} }}}}", "()".repeat(50000)),
+    ];
+    for (i, source) in chains.iter().enumerate() {
+        let start = Instant::now();
+        let err = ChatTemplate::new(source).expect_err("a 50,000-link chain is refused").to_string();
+        assert!(err.contains("tokens"), "chain {i}: {err}");
+        assert!(start.elapsed() < Duration::from_secs(1), "chain {i} took {:?}", start.elapsed());
+    }
     let messages = [ChatMessage::new("user", "hi")];
     for (i, source) in hostile.iter().enumerate() {
         let Ok(tmpl) = ChatTemplate::new(source) else { continue };

@@ -165,6 +165,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1));
     let mut rng = Rng(seed | 1);
+    // FUZZ_TRACE=FILE: write each input there before running it, to recover
+    // inputs that abort the process (stack overflows).
+    let trace = std::env::var_os("FUZZ_TRACE");
     let t0 = Instant::now();
     let (mut execs, mut crashes, mut slow) = (0u64, 0u64, 0u64);
     let mut seen = std::collections::HashSet::new();
@@ -179,6 +182,10 @@ fn main() {
                 x
             }
         };
+        if let Some(path) = &trace {
+            // an abort (stack overflow) cannot be caught: the input is on disk
+            let _ = std::fs::write(path, &input);
+        }
         let t = Instant::now();
         let r = panic::catch_unwind(|| harness(&input));
         let dt = t.elapsed();
