@@ -29,6 +29,10 @@ pub struct KvCache {
     kv_dim: usize,
     ctx: usize,
     len: usize,
+    /// The most positions the global layers' buffers have held: their pages
+    /// stay committed after a rollback, so this, not `len`, is what they
+    /// occupy in memory.
+    peak: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     /// Per layer: its sliding window, if it has one.
@@ -109,6 +113,7 @@ impl Clone for KvCache {
             kv_dim: self.kv_dim,
             ctx: self.ctx,
             len: self.len,
+            peak: self.len,
             k: self.k.clone(),
             v: self.v.clone(),
             windows: self.windows.clone(),
@@ -144,6 +149,7 @@ impl KvCache {
             kv_dim,
             ctx,
             len: 0,
+            peak: 0,
             k: vec![Vec::new(); n_layer],
             v: vec![Vec::new(); n_layer],
             windows,
@@ -193,12 +199,13 @@ impl KvCache {
         (0..self.n_layer).map(|l| 2 * self.rows_held(l) * self.kv_dim * 4).sum()
     }
 
-    /// Bytes allocated for K/V rows (rings in full; a global layer's
-    /// reservation counts only as its rows are written).
+    /// Bytes of memory K/V rows occupy (rings in full; a global layer's
+    /// reservation counts only as its rows are written, and rows rolled
+    /// back still count: their pages stay committed).
     pub fn bytes_reserved(&self) -> usize {
         (0..self.n_layer)
             .map(|l| match self.windows[l] {
-                None => 2 * self.len * self.kv_dim * 4,
+                None => 2 * self.peak * self.kv_dim * 4,
                 Some(_) => 2 * self.cap[l] * self.kv_dim * 4,
             })
             .sum()
@@ -284,6 +291,7 @@ impl KvCache {
             self.held_from[l] = if n == 0 { 0 } else { src.held_from[l] };
         }
         self.len = n;
+        self.peak = self.peak.max(n);
         self.id = next_id();
     }
 
@@ -302,6 +310,7 @@ impl KvCache {
             kv_dim: self.kv_dim,
             ctx: self.ctx,
             len: n,
+            peak: n,
             k: self.k.iter().enumerate().map(|(l, v)| rows(l, v)).collect(),
             v: self.v.iter().enumerate().map(|(l, v)| rows(l, v)).collect(),
             windows: self.windows.clone(),
@@ -367,6 +376,7 @@ impl KvCache {
 
     pub(crate) fn commit(&mut self, m: usize) {
         self.len += m;
+        self.peak = self.peak.max(self.len);
     }
 
     /// Layer `layer`'s K and V rows of positions `0..len` (a cache whose
