@@ -59,6 +59,12 @@ fn over_budget() -> Error {
     )
 }
 
+/// Units every rewritten operator or call costs besides its data: the
+/// dispatch through a function call costs about as much as copying a few
+/// dozen bytes, and without this a template could make millions of cheap
+/// calls inside its fuel.
+const CALL_COST: u64 = 32;
+
 fn charge(units: u64) -> Result<(), Error> {
     let left = REMAINING.get();
     if units > left {
@@ -276,6 +282,7 @@ fn operator_name(instr: &Instruction<'_>) -> Option<&'static str> {
 }
 
 fn eval_operator(name: &'static str, args: &[Value]) -> Result<Value, Error> {
+    charge(CALL_COST)?;
     charge_values(args)?;
     if name == "__tandem_mul" {
         // Repetition: the result is the repeated value times the count.
@@ -288,10 +295,8 @@ fn eval_operator(name: &'static str, args: &[Value]) -> Result<Value, Error> {
         }
     }
     let expr = &OPERATORS.exprs[name];
-    let mut ctx = BTreeMap::new();
-    for (key, v) in ["a", "b", "c", "d"].iter().zip(args) {
-        ctx.insert(*key, v.clone());
-    }
+    // a map value built directly (no serde round trip): this runs per operator
+    let ctx = Value::from_iter(["a", "b", "c", "d"].iter().zip(args).map(|(k, v)| (*k, v.clone())));
     let out = expr.eval(ctx)?;
     charge_values([&out])?;
     Ok(out)
@@ -305,6 +310,7 @@ pub(crate) fn register(env: &mut Environment<'static>) {
     }
     // Calls whose name was pushed after the arguments: [args..., name].
     env.add_function("__tandem_filter", |state: &State, args: &[Value]| -> Result<Value, Error> {
+        charge(CALL_COST)?;
         let (name, args) = split_name(args)?;
         if CONSTANT_FILTERS.contains(&name.as_str()) {
             charge(1)?;
@@ -318,6 +324,7 @@ pub(crate) fn register(env: &mut Environment<'static>) {
         Ok(out)
     });
     env.add_function("__tandem_test", |state: &State, args: &[Value]| -> Result<Value, Error> {
+        charge(CALL_COST)?;
         let (name, args) = split_name(args)?;
         if CONSTANT_TESTS.contains(&name.as_str()) {
             charge(1)?;
@@ -328,6 +335,7 @@ pub(crate) fn register(env: &mut Environment<'static>) {
         Ok(Value::from(state.perform_test(&name, args)?))
     });
     env.add_function("__tandem_method", |state: &State, args: &[Value]| -> Result<Value, Error> {
+        charge(CALL_COST)?;
         let (name, args) = split_name(args)?;
         let Some((obj, rest)) = args.split_first() else {
             return Err(Error::new(ErrorKind::InvalidOperation, "method call without an object"));
