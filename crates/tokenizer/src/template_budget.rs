@@ -294,12 +294,62 @@ fn eval_operator(name: &'static str, args: &[Value]) -> Result<Value, Error> {
             }
         }
     }
+    if name == "__tandem_add" {
+        if let [a, b] = args {
+            if is_sequence(a) && is_sequence(b) {
+                return concat_sequences(a, b);
+            }
+        }
+    }
     let expr = &OPERATORS.exprs[name];
     // a map value built directly (no serde round trip): this runs per operator
     let ctx = Value::from_iter(["a", "b", "c", "d"].iter().zip(args).map(|(k, v)| (*k, v.clone())));
     let out = expr.eval(ctx)?;
     charge_values([&out])?;
     Ok(out)
+}
+
+fn is_sequence(v: &Value) -> bool {
+    matches!(v.kind(), ValueKind::Seq | ValueKind::Iterable)
+}
+
+/// `a + b` of two sequences, made at once. minijinja makes a lazy sequence
+/// that refers to both operands and flattens the chain once it is 32 deep;
+/// `ns.a = ns.a + ns.a` in a loop builds a chain whose flattening is
+/// exponential (2^33 references for empty lists), which no size charge sees.
+/// The result keeps minijinja's kind (an iterable of known length).
+fn concat_sequences(a: &Value, b: &Value) -> Result<Value, Error> {
+    let mut values = Vec::new();
+    for side in [a, b] {
+        let items = side.try_iter()?;
+        for item in items {
+            charge(1)?;
+            values.push(item);
+        }
+    }
+    let out = Value::from_object(ConcatList(values));
+    charge_values([&out])?;
+    Ok(out)
+}
+
+/// A concatenation of sequences: iterable, with a length, not indexable
+/// (as minijinja's own lazy concatenation).
+#[derive(Debug)]
+struct ConcatList(Vec<Value>);
+
+impl minijinja::value::Object for ConcatList {
+    fn repr(self: &std::sync::Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Iterable
+    }
+
+    fn enumerate(self: &std::sync::Arc<Self>) -> minijinja::value::Enumerator {
+        use minijinja::value::ObjectExt;
+        self.mapped_enumerator(|this| Box::new(this.0.iter().cloned()))
+    }
+
+    fn enumerator_len(self: &std::sync::Arc<Self>) -> Option<usize> {
+        Some(self.0.len())
+    }
 }
 
 /// Registers the functions the rewritten instructions call.
@@ -395,6 +445,7 @@ pub(crate) fn check_source(source: &str, ws: WhitespaceConfig) -> Result<(), Err
     let mut unit: u128 = 1;
     let mut has_sequence = false;
     let mut has_mul = false;
+    let mut has_pow = false;
     let mut in_tag: usize = 0;
     for token in tokenize(source, false, SyntaxConfig, ws) {
         // Lexer errors are reported by the compiler with better context.
@@ -410,8 +461,14 @@ pub(crate) fn check_source(source: &str, ws: WhitespaceConfig) -> Result<(), Err
             ));
         }
         match token {
-            Token::Int(n) => product = product.saturating_mul(u128::from(n)),
-            Token::Int128(n) => product = product.saturating_mul(*n),
+            // zero factors are skipped: constants fold left to right, so a
+            // `* 0` at the end does not stop the repetitions before it
+            Token::Int(n) => product = product.saturating_mul(u128::from(n).max(1)),
+            Token::Int128(n) => product = product.saturating_mul((*n).max(1)),
+            // a float repeats as its integer part (`'x' * 1e8`)
+            Token::Float(f) => {
+                product = product.saturating_mul(if f.is_finite() && f.abs() >= 1.0 { f.abs().min(1e30) as u128 } else { 1 })
+            }
             Token::Str(text) => {
                 has_sequence = true;
                 unit = unit.max(text.len() as u128);
@@ -422,15 +479,29 @@ pub(crate) fn check_source(source: &str, ws: WhitespaceConfig) -> Result<(), Err
             }
             Token::BracketOpen => has_sequence = true,
             Token::Mul => has_mul = true,
-            Token::BracketClose | Token::ParenOpen | Token::ParenClose | Token::Comma => {}
+            // the run goes on through other operators: constants fold across them
+            Token::Pow => has_pow = true,
+            Token::BracketClose
+            | Token::ParenOpen
+            | Token::ParenClose
+            | Token::Comma
+            | Token::Plus
+            | Token::Minus
+            | Token::Div
+            | Token::FloorDiv
+            | Token::Mod
+            | Token::Tilde => {}
             _ => {
                 product = 1;
                 unit = 1;
                 has_sequence = false;
                 has_mul = false;
+                has_pow = false;
             }
         }
-        if has_mul && has_sequence && product.saturating_mul(unit) > MAX_CONSTANT_REPEAT {
+        // with `**` the factors no longer bound the count (`'x' * 10 ** 8`)
+        let too_many = product.saturating_mul(unit) > MAX_CONSTANT_REPEAT || (has_pow && product > 64);
+        if has_mul && has_sequence && too_many {
             return Err(Error::new(
                 ErrorKind::InvalidOperation,
                 format!("the chat template repeats a constant string or list to more than {MAX_CONSTANT_REPEAT} bytes or elements"),

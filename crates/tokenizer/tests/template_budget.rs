@@ -50,6 +50,7 @@ const FEATURE_TEMPLATES: &[&str] = &[
     "{{ messages|map(attribute='role')|join(',') }}|{{ messages|selectattr('role', 'equalto', 'user')|list|length }}|{{ messages|tojson }}|{{ (messages|first).content if messages else 'none' }}|{{ {'a': 1, 'b': [1, 2]}|tojson }}|{{ ['x', 'y'] + ['z'] }}|{{ 'ab' * 3 }}|{{ [1, 2] * 2 }}|{{ 'x'|center(9) }}|{{ 'a\\nb'|indent(2) }}|{{ '%s=%d'|format('k', 3) }}",
     "{% for m in messages %}{% if m.role is defined and m.content is string %}{% if m.content is not none and loop.index is odd %}{{ loop.index }}{% endif %}{% endif %}{% if loop.index > 5 %}{% break %}{% endif %}{% endfor %}{% set d = dict(a=1) %}{{ d.items()|list }}{{ d.get('a') }}{{ 'a,b'.split(',') }}{{ ' x '.rstrip() }}{{ 'x'.ljust(3, '.') }}{{ '7'.zfill(3) }}",
     "{% for m in messages recursive %}{{ m.role }}{% endfor %}{% set parts = [] %}{% for m in messages %}{% set _ = parts.append(m.role) %}{% endfor %}{{ parts|join(' ') if parts is defined }}{% filter upper %}shout {{ messages|length }}{% endfilter %}{% set cap %}captured {{ messages|length }}{% endset %}{{ cap }}",
+    "{% set both = messages + messages %}{{ both|length }}{% for m in both + [{'role': 'x', 'content': 'y'}] %}{{ m.role }}{% endfor %}{{ (both + [])|list|length }}{{ both is sequence }}{{ both is iterable }}{{ both[0] is defined }}{{ [1] + [2] }}{{ ([1] + [2]) == [1, 2] }}{{ ([] + [])|tojson }}{% set ns = namespace(a=[]) %}{% for m in messages %}{% set ns.a = ns.a + [m.role] %}{% endfor %}{{ ns.a|join('/') }}",
     "{%- if messages|length == 0 -%}{{ raise_exception('no messages') }}{%- endif -%}{{ messages[-1].content|wordcount }} {{ messages|sort(attribute='role')|map(attribute='role')|unique|join(',') }} {{ range(3)|list }} {{ messages|batch(2)|list|length }}",
 ];
 
@@ -74,9 +75,10 @@ fn rewritten_templates_render_what_minijinja_renders() {
 /// Hostile templates each fail (or finish) within a bounded time.
 #[test]
 fn cheap_constant_arithmetic_is_allowed() {
-    let t = ChatTemplate::new("{{ 60 * 60 * 24 * 365 }} {{ '-' * 80 }} {{ [0] * 3 }}").unwrap();
+    let t = ChatTemplate::new("{{ 60 * 60 * 24 * 365 }} {{ '-' * 80 }} {{ [0] * 3 }} {{ '=' * 2 ** 3 }} {{ '-' * 40 + '\\n' + '=' * 40 }}")
+        .unwrap();
     let out = t.render(&[], false, "", "").unwrap();
-    assert_eq!(out, format!("31536000 {} [0, 0, 0]", "-".repeat(80)));
+    assert_eq!(out, format!("31536000 {} [0, 0, 0] ======== {}\n{}", "-".repeat(80), "-".repeat(40), "=".repeat(40)));
     let err = ChatTemplate::new("{{ 'x' * 100000000 }}").unwrap_err().to_string();
     assert!(err.contains("repeats a constant"), "{err}");
 }
@@ -89,6 +91,9 @@ fn hostile_templates_stop_within_the_budget() {
         // one huge repetition
         "{{ 'x' * 100000000 }}",
         "{{ ['x'] * 100000000 }}",
+        // doubling a lazy list of empty lists (exponential flattening in minijinja)
+        "{% set ns = namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = ns.a + ns.a %}{% endfor %}",
+        "{% set ns = namespace(a=[[]]) %}{% for i in range(100000) %}{% set ns.a = ns.a + ns.a %}{% endfor %}",
         // doubling a string
         "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
         "{% set ns = namespace(s='xy') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}",
@@ -110,6 +115,10 @@ fn hostile_templates_stop_within_the_budget() {
         "{{ 'x' * 100000000 * 10000 * 10000 * 10000 * 10000 * 10000 * 10000 * 10000 * 10000 * 10000 * 10000 }}",
         "{{ ('x' * 1000) * 1000 * 1000 }}",
         "{{ ['x'] * 99 * 99 * 99 * 99 }}",
+        "{{ 'x' * 1e0000000 * 10000 * 10000 * 10000 * 10000 * 10000 * 10000 * 10000 * 0000 * 10000 * 0000 }}",
+        "{{ 'x' * 1e9 }}",
+        "{{ 'x' * 1e0000000 ** 10000 * 10000 * 10000 * 10000 * 10000 * 0000 * 10000 * 0000 }}",
+        "{{ 'x' * 10 ** 8 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 * 2 }}",
         // deep recursion
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     ];
