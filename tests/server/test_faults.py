@@ -447,12 +447,13 @@ def test_sigterm_with_requests_in_flight():
         t.join(timeout=30)
         assert not t.is_alive(), "a client hangs after the server exited"
     # every stream either finished ([DONE]) or was told why it ended (an error event)
+    assert len(outcomes) == 4, outcomes
     for i, o in outcomes.items():
-        if o[0] == "closed":
-            events = o[1]
-            done = events and events[-1] == "[DONE]"
-            errored = any('"error"' in e for e in events)
-            assert done or errored, f"stream {i} ended without [DONE] or an error event: {events[-3:]}"
+        assert o[0] == "closed", f"stream {i} failed on the client: {o[1]}"
+        events = o[1]
+        done = events and events[-1] == "[DONE]"
+        errored = any('"error"' in e for e in events)
+        assert done or errored, f"stream {i} ended without [DONE] or an error event: {events[-3:]}"
     assert exited < grace + 10, f"exit took {exited:.1f} s"
     s.close()
 
