@@ -157,8 +157,11 @@ fn compile(source: &str) -> Result<CompiledTemplate<'_>, Error> {
 }
 
 fn template_error(e: Error) -> TokenizerError {
-    // `{:#}` includes the template location, which is what one needs to fix it.
-    TokenizerError::Template(format!("{e:#}"))
+    // The plain form names the template line ("(in chat:3)"). The alternate
+    // form (`{:#}`), which also quotes the source around it, miscomputes
+    // columns on some inputs (a lone `\r` in a tag) and panics on the
+    // overflow, so it is not used for templates from files.
+    TokenizerError::Template(e.to_string())
 }
 
 /// `strftime_now(fmt)` as HF defines it (Llama 3 templates print today's date),

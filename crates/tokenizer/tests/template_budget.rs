@@ -73,6 +73,18 @@ fn rewritten_templates_render_what_minijinja_renders() {
 }
 
 /// Hostile templates each fail (or finish) within a bounded time.
+/// Errors name the template line; a lone carriage return in a tag (which
+/// made minijinja's source excerpt overflow) gives a plain error.
+#[test]
+fn template_errors_name_the_line() {
+    let t = ChatTemplate::new("{% for \r in messages %}{{ m.role }}\n {{ m.avtr%nk }}\n{% endfor %}");
+    let err = match t {
+        Ok(t) => t.render(&[ChatMessage::new("user", "hi")], true, "", "").unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(err.to_string().contains("(in chat:"), "{err}");
+}
+
 #[test]
 fn cheap_constant_arithmetic_is_allowed() {
     let t = ChatTemplate::new("{{ 60 * 60 * 24 * 365 }} {{ '-' * 80 }} {{ [0] * 3 }} {{ '=' * 2 ** 3 }} {{ '-' * 40 + '\\n' + '=' * 40 }}")
