@@ -360,39 +360,23 @@ pub(crate) fn register(env: &mut Environment<'static>) {
     }
     // Calls whose name was pushed after the arguments: [args..., name].
     env.add_function("__tandem_filter", |state: &State, args: &[Value]| -> Result<Value, Error> {
-        charge(CALL_COST)?;
-        let (name, args) = split_name(args)?;
-        if CONSTANT_FILTERS.contains(&name.as_str()) {
-            charge(1)?;
-            charge_values(args.iter().skip(1))?;
-        } else {
-            charge_values(args)?;
-        }
-        precharge_width(&name, args)?;
-        let out = state.apply_filter(&name, args)?;
+        let (name, args) = begin_dispatch(args, CONSTANT_FILTERS)?;
+        precharge_width(name, args)?;
+        let out = state.apply_filter(name, args)?;
         charge_values([&out])?;
         Ok(out)
     });
     env.add_function("__tandem_test", |state: &State, args: &[Value]| -> Result<Value, Error> {
-        charge(CALL_COST)?;
-        let (name, args) = split_name(args)?;
-        if CONSTANT_TESTS.contains(&name.as_str()) {
-            charge(1)?;
-            charge_values(args.iter().skip(1))?;
-        } else {
-            charge_values(args)?;
-        }
-        Ok(Value::from(state.perform_test(&name, args)?))
+        let (name, args) = begin_dispatch(args, CONSTANT_TESTS)?;
+        Ok(Value::from(state.perform_test(name, args)?))
     });
     env.add_function("__tandem_method", |state: &State, args: &[Value]| -> Result<Value, Error> {
-        charge(CALL_COST)?;
-        let (name, args) = split_name(args)?;
+        let (name, args) = begin_dispatch(args, &[])?;
         let Some((obj, rest)) = args.split_first() else {
             return Err(Error::new(ErrorKind::InvalidOperation, "method call without an object"));
         };
-        charge_values(args)?;
-        precharge_width(&name, args)?;
-        let out = obj.call_method(state, &name, rest)?;
+        precharge_width(name, args)?;
+        let out = obj.call_method(state, name, rest)?;
         charge_values([&out])?;
         Ok(out)
     });
@@ -408,12 +392,22 @@ pub(crate) fn register(env: &mut Environment<'static>) {
     });
 }
 
-fn split_name(args: &[Value]) -> Result<(String, &[Value]), Error> {
-    let Some((name, rest)) = args.split_last() else {
+/// The start of every dispatched call (`[args..., name]`): its fixed cost,
+/// its name, and its inputs charged, the first one as a single unit when
+/// `name` is in `constant` (its work does not depend on that input's size).
+fn begin_dispatch<'a>(args: &'a [Value], constant: &[&str]) -> Result<(&'a str, &'a [Value]), Error> {
+    charge(CALL_COST)?;
+    let Some((name, args)) = args.split_last() else {
         return Err(Error::new(ErrorKind::InvalidOperation, "dispatch without a name"));
     };
     let name = name.as_str().ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "dispatch name is not a string"))?;
-    Ok((name.to_owned(), rest))
+    if constant.contains(&name) {
+        charge(1)?;
+        charge_values(args.iter().skip(1))?;
+    } else {
+        charge_values(args)?;
+    }
+    Ok((name, args))
 }
 
 /// The largest constant a template may spell out by repetition, in bytes of
