@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 import openai
+
+import runner  # noqa: E402 (tests/server/runner.py)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("TANDEM_BIN", os.path.join(ROOT, "target", "release", "tandem"))
@@ -370,25 +371,13 @@ def test_parallel_shared_system_prompt_is_evaluated_once_within_the_kv_budget():
     assert again.usage.prompt_tokens_details.cached_tokens > 1000, again.usage
 
 
+def _close_servers():
+    for s in _servers.values():
+        s.close()
+
+
 def main():
-    tests = [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_") and callable(v)]
-    passed = failed = 0
-    try:
-        for name, fn in tests:
-            t0 = time.time()
-            try:
-                fn()
-                passed += 1
-                print(f"ok   {name} ({time.time() - t0:.1f} s)", flush=True)
-            except Exception:
-                failed += 1
-                print(f"FAIL {name}", flush=True)
-                traceback.print_exc()
-    finally:
-        for s in _servers.values():
-            s.close()
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return runner.run(globals(), _close_servers)
 
 
 if __name__ == "__main__":
