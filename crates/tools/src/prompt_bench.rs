@@ -48,13 +48,15 @@ pub struct BenchPrompt {
 #[derive(Deserialize)]
 struct PromptLine {
     id: Option<String>,
+    /// `kind` is the code benchmark's name for it (`prompts-code-dev.jsonl`).
+    #[serde(alias = "kind")]
     category: Option<String>,
     user: Option<String>,
     raw: Option<String>,
 }
 
-/// Parse JSON-lines prompts (`id`, `category`, and exactly one of `user` or
-/// `raw`). Blank lines are skipped. `path` only names the source in errors.
+/// Parse JSON-lines prompts (`id`, `category` or `kind`, and exactly one of
+/// `user` or `raw`). Blank lines are skipped. `path` only names the source in errors.
 pub fn parse_prompts(text: &str, path: &Path) -> Result<Vec<BenchPrompt>, PromptError> {
     let mut out = Vec::new();
     let mut ids = HashSet::new();
@@ -72,7 +74,7 @@ pub fn parse_prompts(text: &str, path: &Path) -> Result<Vec<BenchPrompt>, Prompt
             err(format!("invalid JSON at column {}: {msg}", e.column()))
         })?;
         let id = p.id.filter(|s| !s.is_empty()).ok_or_else(|| err("missing \"id\"".into()))?;
-        let category = p.category.filter(|s| !s.is_empty()).ok_or_else(|| err(format!("prompt {id}: missing \"category\"")))?;
+        let category = p.category.filter(|s| !s.is_empty()).ok_or_else(|| err(format!("prompt {id}: missing \"category\" (or \"kind\")")))?;
         let text = match (p.user, p.raw) {
             (Some(u), None) => PromptText::User(u),
             (None, Some(r)) => PromptText::Raw(r),
@@ -960,6 +962,15 @@ impl PromptBenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kind_names_the_category() {
+        let text = r#"{"id": "code-1", "kind": "rename", "source": "x.py:f", "user": "Rename it"}"#;
+        let ps = parse_prompts(text, Path::new("code.jsonl")).unwrap();
+        assert_eq!(ps[0].category, "rename");
+        let both = r#"{"id": "c", "kind": "a", "category": "b", "user": "x"}"#;
+        assert!(parse_prompts(both, Path::new("code.jsonl")).is_err());
+    }
 
     #[test]
     fn parses_good_file() {
