@@ -107,7 +107,7 @@ pub struct TrainDsparkArgs {
     /// Backbone layers [default: 1]. With --init: the init file's, or more (the new blocks start as the identity).
     #[arg(long)]
     pub layers: Option<usize>,
-    /// Target layers whose inputs feed the drafter (1..=target layers; llama.cpp can run files whose layers are all below the target's layer count) [default: 2,10,20,29]. With --init: the init file's, or those followed by new layers (their `fc` columns start at zero).
+    /// Target layers whose inputs feed the drafter (1..=target layers; llama.cpp can run files whose layers are all below the target's layer count) [default: 2, a third and two thirds of the layers, the last: 2,10,20,29 for 30 layers, 2,8,16,23 for 24]. With --init: the init file's, or those followed by new layers (their `fc` columns start at zero).
     #[arg(long, value_delimiter = ',')]
     pub target_layers: Option<Vec<usize>>,
     /// Rank of the Markov head.
@@ -211,6 +211,19 @@ pub struct TrainMtpArgs {
     /// library, e.g. `python3 -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])"`).
     #[arg(long, value_name = "DIR")]
     pub text_dir: Option<PathBuf>,
+    /// Extra coding-assistant prompts built on the functions of the `.py`
+    /// files under --code-dir: complete a function from its signature and
+    /// docstring (raw text, no chat template), rename a parameter, add type
+    /// hints, add comments, explain, write tests or a docstring, fix,
+    /// translate. Functions sharing a `def` line with a benchmark prompt are
+    /// dropped.
+    #[arg(long, default_value_t = 0, requires = "code_dir")]
+    pub code_prompts: usize,
+    /// Directory of Python sources for --code-prompts: installed packages
+    /// (`python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"`),
+    /// never the standard library the code benchmark is built on (refused).
+    #[arg(long, value_name = "DIR")]
+    pub code_dir: Option<PathBuf>,
     /// Existing data files trained on together with --data (appended after it).
     #[arg(long = "also-data", value_name = "FILE")]
     pub also_data: Vec<PathBuf>,
@@ -374,9 +387,11 @@ pub struct SpecArgs {
     #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
     pub draft_model: Option<PathBuf>,
     /// Speculate with a support model trained for this target: an MTP head
-    /// or a DSpark drafter, used as its tensors say. A file that does not fit
-    /// the target is reported and plain decoding goes on.
-    #[arg(long, value_name = "FILE", help_heading = "Speculative decoding")]
+    /// or a DSpark drafter, used as its tensors say. A file, or the name of
+    /// a drafter committed for a catalogue model (`tandem models` lists
+    /// them, e.g. `-m qwen2.5-coder-0.5b --drafter dspark`). A file that does
+    /// not fit the target is reported and plain decoding goes on.
+    #[arg(long, value_name = "FILE|NAME", help_heading = "Speculative decoding")]
     pub drafter: Option<PathBuf>,
     /// ds4's spelling of a support model: an MTP head, or with --dspark the
     /// DSpark drafter in the file.
@@ -446,7 +461,10 @@ impl SpecArgs {
             fixed_length: self.spec_fixed,
             opportunistic: self.spec_opportunistic,
             log: self.spec_log.clone(),
-            drafter: self.drafter.clone(),
+            drafter: match &self.drafter {
+                Some(d) => Some(tandem_engine::fetch::resolve_drafter(d, &engine.path)?),
+                None => None,
+            },
             mtp: self.mtp.clone(),
             mtp_draft: self.mtp_draft,
             mtp_margin: self.mtp_margin,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use tandem_train::code_corpus::Prompt;
 use tandem_train::data::{Dataset, GenConfig};
 use tandem_train::mtp::TrainConfig;
 
@@ -24,6 +25,7 @@ fn default_data_path(
     target_prompts: usize,
     openers: bool,
     text_prompts: usize,
+    code_prompts: usize,
     max_new: usize,
     sampled_share: f32,
     seed: u64,
@@ -31,12 +33,13 @@ fn default_data_path(
     let o = if openers { "o" } else { "" };
     let t = if target_prompts > 0 { format!("-t{o}{target_prompts}") } else { String::new() };
     let x = if text_prompts > 0 { format!("-x{text_prompts}") } else { String::new() };
-    PathBuf::from(format!("target/train-data/mtp-p{prompts}{t}{x}-n{max_new}-s{sampled_share}-seed{seed}.bin"))
+    let c = if code_prompts > 0 { format!("-c{code_prompts}") } else { String::new() };
+    PathBuf::from(format!("target/train-data/mtp-p{prompts}{t}{x}{c}-n{max_new}-s{sampled_share}-seed{seed}.bin"))
 }
 
 /// Where the prompts come from: the built-in corpus, then (optionally) user
 /// turns written by the target, then prompts built on text from the
-/// machine. Any that equals a benchmark prompt in ../shared/bench is dropped
+/// machine, then coding-assistant prompts built on installed packages. Any that equals a benchmark prompt in ../shared/bench is dropped
 /// (we never train on them).
 #[derive(Debug, Clone)]
 struct PromptSource {
@@ -45,6 +48,7 @@ struct PromptSource {
     temp: f32,
     openers: bool,
     text: Option<(PathBuf, usize)>,
+    code: Option<(PathBuf, usize)>,
 }
 
 fn bench_prompts() -> std::collections::HashSet<String> {
@@ -89,6 +93,7 @@ fn load_or_generate(
         Ok(d)
     } else {
         let mut prompts = tandem_train::corpus::prompts(src.builtin, seed);
+        let bench = bench_prompts();
         if src.target > 0 {
             let t1 = Instant::now();
             let openers: &[&str] = if src.openers { tandem_train::corpus::REQUEST_OPENERS } else { &[] };
@@ -101,17 +106,48 @@ fn load_or_generate(
             eprintln!("built {} prompts on text under {}", extra.len(), dir.display());
             prompts.extend(extra);
         }
-        let bench = bench_prompts();
         let before = prompts.len();
         prompts.retain(|p| !bench.contains(p.trim()));
         if prompts.len() < before {
             eprintln!("dropped {} prompts equal to benchmark prompts", before - prompts.len());
         }
+        let mut prompts: Vec<Prompt> = prompts.into_iter().map(Prompt::User).collect();
+        if let Some((dir, n)) = &src.code {
+            let extra = tandem_train::code_corpus::code_prompts(dir, *n, seed).with_context(|| format!("reading {}", dir.display()))?;
+            // no function the benchmark asks about, even from a copy of it
+            let bench_defs: std::collections::HashSet<&str> =
+                bench.iter().flat_map(|b| b.lines()).map(str::trim).filter(|l| l.starts_with("def ") || l.starts_with("async def ")).collect();
+            let made = extra.len();
+            let kept: Vec<_> = extra.into_iter().filter(|c| !bench_defs.contains(c.def_line.as_str())).collect();
+            let mut kinds: Vec<(&str, usize)> = Vec::new();
+            for c in &kept {
+                match kinds.iter_mut().find(|(k, _)| *k == c.kind) {
+                    Some(e) => e.1 += 1,
+                    None => kinds.push((c.kind, 1)),
+                }
+            }
+            let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            eprintln!(
+                "built {} code prompts on {} ({}; {} dropped: their function is in a benchmark prompt)",
+                kept.len(),
+                dir.display(),
+                kinds.join(", "),
+                made - kept.len()
+            );
+            prompts.extend(kept.into_iter().map(|c| c.prompt));
+        }
         // the prompts beside the data, for inspection
         std::fs::create_dir_all(data_path.parent().unwrap_or(std::path::Path::new(".")))?;
-        std::fs::write(data_path.with_extension("prompts.json"), serde_json::to_string_pretty(&prompts)?)?;
+        let listed: Vec<serde_json::Value> = prompts
+            .iter()
+            .map(|p| match p {
+                Prompt::User(u) => serde_json::Value::String(u.clone()),
+                Prompt::Raw(r) => serde_json::json!({ "raw": r }),
+            })
+            .collect();
+        std::fs::write(data_path.with_extension("prompts.json"), serde_json::to_string_pretty(&listed)?)?;
         let cfg = GenConfig { max_new, sampled_share, temp: 0.8, seed, parallel };
-        let d = Dataset::generate(engine, &prompts, &cfg)?;
+        let d = Dataset::generate_prompts(engine, &prompts, &cfg)?;
         d.save(data_path).with_context(|| format!("saving {}", data_path.display()))?;
         say_made("generated", &d, t0, data_path);
         Ok(d)
@@ -165,14 +201,23 @@ fn append_data(data: &mut Dataset, files: &[PathBuf], mut each: impl FnMut(&std:
     Ok(())
 }
 
+/// Layer 2, a third and two thirds of the way up, and the last layer:
+/// 2, 10, 20, 29 for SmolLM2's 30 layers, 2, 8, 16, 23 for Qwen2.5-0.5B's 24.
+fn default_target_layers(n_layer: usize) -> Vec<usize> {
+    let mut l = vec![2.min(n_layer), n_layer / 3, 2 * n_layer / 3, n_layer - 1];
+    l.retain(|&x| x >= 1);
+    l.dedup();
+    l
+}
+
 fn dspark(a: &TrainDsparkArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     // the data of `train mtp` with its default generation settings
-    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, false, 0, 160, 0.25, a.seed));
+    let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, false, 0, 0, 160, 0.25, a.seed));
     let mut data = load_or_generate(
         &engine,
         &data_path,
-        PromptSource { builtin: 448, target: 0, temp: 1.0, openers: false, text: None },
+        PromptSource { builtin: 448, target: 0, temp: 1.0, openers: false, text: None, code: None },
         160,
         0.25,
         a.seed,
@@ -191,7 +236,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
         target_layers: match (&a.target_layers, &a.init) {
             (Some(l), _) => l.clone(),
             (None, Some(_)) => Vec::new(),
-            (None, None) => vec![2, 10, 20, 29],
+            (None, None) => default_target_layers(engine.model.cfg.n_layer),
         },
         rank: a.rank,
         draft_vocab: a.draft_vocab,
@@ -219,7 +264,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
     let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
     let data_path = a.data.clone().unwrap_or_else(|| {
-        default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.max_new, a.sampled_share, a.seed)
+        default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.code_prompts, a.max_new, a.sampled_share, a.seed)
     });
     let src = PromptSource {
         builtin: a.prompts,
@@ -227,6 +272,7 @@ fn mtp(a: &TrainMtpArgs) -> Result<()> {
         temp: a.prompt_temp,
         openers: a.prompt_openers,
         text: a.text_dir.clone().filter(|_| a.text_prompts > 0).map(|d| (d, a.text_prompts)),
+        code: a.code_dir.clone().filter(|_| a.code_prompts > 0).map(|d| (d, a.code_prompts)),
     };
     let mut data = match &a.from_tokens {
         Some(tokens) if !data_path.exists() => rebuild(&engine, tokens, &data_path, &a.fused_layers)?,

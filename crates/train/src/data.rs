@@ -22,6 +22,8 @@ use anyhow::{bail, Context, Result};
 use half::f16;
 use indicatif::{ProgressBar, ProgressStyle};
 use tandem_engine::Engine;
+
+use crate::code_corpus::Prompt;
 use tandem_model::{ForwardOutput, HiddenTap, LogitRows};
 use tandem_sampling::{argmax, Sampler, SamplerParams};
 use tandem_tokenizer::ChatMessage;
@@ -76,6 +78,13 @@ impl Dataset {
     /// sampling choice and seed in prompt order, so the data file is the same
     /// for any `parallel` and thread count.
     pub fn generate(engine: &Arc<Engine>, prompts: &[String], cfg: &GenConfig) -> Result<Dataset> {
+        let prompts: Vec<Prompt> = prompts.iter().map(|p| Prompt::User(p.clone())).collect();
+        Self::generate_prompts(engine, &prompts, cfg)
+    }
+
+    /// [`Dataset::generate`] over user turns and raw texts (code to complete,
+    /// tokenized as is, without the chat template).
+    pub fn generate_prompts(engine: &Arc<Engine>, prompts: &[Prompt], cfg: &GenConfig) -> Result<Dataset> {
         struct Active {
             idx: usize,
             seq: Sequence,
@@ -99,7 +108,10 @@ impl Dataset {
         loop {
             // start new answers in prompt order (prefill one prompt at a time)
             while active.len() < cfg.parallel.max(1) && next < prompts.len() {
-                let text = engine.render_chat(&[ChatMessage::new("user", &prompts[next])])?;
+                let text = match &prompts[next] {
+                    Prompt::User(u) => engine.render_chat(&[ChatMessage::new("user", u)])?,
+                    Prompt::Raw(r) => r.clone(),
+                };
                 let ids = engine.tokenize_prompt(&text);
                 let sampled = rng.f32() < cfg.sampled_share;
                 let sampler = Sampler::new(if sampled {

@@ -3,6 +3,7 @@
 //! trained with candle ([`mtp`]) and exported as a support GGUF that the
 //! engine loads with `--mtp`.
 
+pub mod code_corpus;
 pub mod column_add;
 pub mod corpus;
 pub mod data;
