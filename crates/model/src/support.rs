@@ -127,6 +127,50 @@ impl TargetId {
         ]
     }
 
+    /// Check a DSpark file's binding against this target. Files written
+    /// by llama.cpp's converter carry no `tandem.support.*` key, only the
+    /// target's tokenizer: when the file has no key of that prefix, its
+    /// `tokenizer.ggml.tokens` stand in for the binding (their count and
+    /// hash must be the target's; the width and layer checks of the format
+    /// still bind the rest), and the returned warning says so. A file with
+    /// any binding key gets the full [`Self::check`].
+    pub fn check_or_derive(&self, g: &Gguf, kind: SupportKind) -> Result<Option<String>, SupportError> {
+        if g.metadata.iter().any(|(k, _)| k.starts_with("tandem.support.")) {
+            return self.check(g, kind).map(|()| None);
+        }
+        let meta = |msg: String| SupportError::Metadata { kind, msg };
+        let tokens = match g.get("tokenizer.ggml.tokens") {
+            Some(Value::Array(_, items)) => items,
+            Some(_) => return Err(meta("tokenizer.ggml.tokens is not an array".into())),
+            None => {
+                return Err(meta(format!(
+                    "no binding metadata: the file has neither {} (and the other tandem.support.* keys) nor tokenizer.ggml.tokens",
+                    keys::TARGET_VOCAB
+                )))
+            }
+        };
+        let mismatch = |what: &'static str, file: String, target: String| SupportError::TargetMismatch { what, file, target };
+        if tokens.len() != self.vocab {
+            return Err(mismatch("vocabulary size", tokens.len().to_string(), self.vocab.to_string()));
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for t in tokens {
+            let Value::String(s) = t else {
+                return Err(meta("tokenizer.ggml.tokens holds a value that is not a string".into()));
+            };
+            for &b in s.as_bytes().iter().chain(&[0u8]) {
+                h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        if h != self.vocab_hash {
+            return Err(mismatch("the token list hash", format!("{h:016x}"), format!("{:016x}", self.vocab_hash)));
+        }
+        Ok(Some(format!(
+            "{kind} file carries no tandem binding (tandem.support.*): bound to the target by its own token list ({} tokens, hash {h:016x}) only",
+            tokens.len()
+        )))
+    }
+
     /// Check a support file's binding metadata against this target. The
     /// vocabulary comes first: it is what another model's file gets wrong.
     pub fn check(&self, g: &Gguf, kind: SupportKind) -> Result<(), SupportError> {

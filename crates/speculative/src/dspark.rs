@@ -71,6 +71,9 @@ impl DSparkDrafter {
                 return Err(SpecError::setting(Setting::DSparkConfidence, c, "this drafter has no confidence head"));
             }
         }
+        for w in model.warnings() {
+            tracing::warn!("{w}");
+        }
         let cache = model.new_cache(ctx);
         Ok(DSparkDrafter {
             model,
@@ -133,13 +136,14 @@ impl Drafter for DSparkDrafter {
     fn name(&self) -> String {
         let c = &self.model.cfg;
         format!(
-            "dspark(block {} of {}, {} layer{}, taps {:?}, rank {}, draft vocab {}, confidence {}{})",
+            "{}(block {} of {}, {} layer{}, taps {:?}, {}, draft vocab {}, confidence {}{})",
+            if c.has_markov() { "dspark" } else { "dspark/dflash" },
             self.opts.block_size,
             c.block_size,
             c.n_layer,
             if c.n_layer == 1 { "" } else { "s" },
             c.target_layers,
-            c.markov_rank,
+            if c.has_markov() { format!("rank {}", c.markov_rank) } else { "no Markov head".into() },
             c.draft_vocab,
             match self.opts.confidence {
                 Some(v) => format!("cut {v}"),

@@ -39,7 +39,44 @@ pub mod keys {
     /// Optional, with the copy hints: per suffix length, the factor on the
     /// hinted token's embedding added to slot 0's input (the anchor's).
     pub const COPY_EMBED: &str = "tandem-dspark.copy_embed";
+    /// llama.cpp's backbone options ([`super::Backbone`]).
+    pub const CAUSAL: &str = "dflash.attention.causal";
+    pub const EMBED_SCALE: &str = "dflash.embedding_scale";
+    pub const ATTN_SCALE: &str = "dflash.attention.scale";
+    pub const VALUE_SCALE: &str = "dflash.attention.value_scale";
+    pub const ACTIVATION: &str = "dflash.hidden_activation";
+    pub const ROPE_DIMS: &str = "dflash.rope.dimension_count";
+    pub const ROPE_SECTIONS: &str = "dflash.rope.dimension_sections";
+    pub const ROPE_SCALING: &str = "dflash.rope.scaling.type";
+    pub const ROPE_FACTOR: &str = "dflash.rope.scaling.factor";
+    pub const ROPE_SCALE_LINEAR: &str = "dflash.rope.scale_linear";
+    pub const ROPE_ATTN_FACTOR: &str = "dflash.rope.scaling.attn_factor";
+    pub const SLIDING_WINDOW: &str = "dflash.attention.sliding_window";
+    pub const SLIDING_PATTERN: &str = "dflash.attention.sliding_window_pattern";
+    /// Keys of drafters tandem refuses (DFlash2, DeepSeek-V4, mixture of experts).
+    pub const DFLASH2: [&str; 4] = ["dflash.conv_kernel_size", "dflash.conv_group_size", "dflash.selector_rank", "dflash.selector_top_k"];
+    pub const HYPER_CONNECTIONS: &str = "dflash.hyper_connection.count";
+    pub const EXPERTS: &str = "dflash.expert_count";
 }
+
+/// Optional per-layer tensors of llama.cpp's DFlash backbone (`blk.N.<name>`).
+pub const OPTIONAL_BLOCK_TENSORS: [&str; 4] =
+    ["attn_sinks.weight", "post_attention_norm.weight", "post_ffw_norm.weight", "layer_output_scale.weight"];
+
+/// Tensors outside the blocks that a DFlash/DSpark file may hold.
+const TOP_TENSORS: [&str; 11] = [
+    "fc.weight",
+    "enc.output_norm.weight",
+    "output_norm.weight",
+    "output.weight",
+    "token_embd.weight",
+    "d2t",
+    "markov_w1.weight",
+    "markov_w2.weight",
+    "conf_proj.weight",
+    "conf_proj.bias",
+    "rope_freqs.weight",
+];
 
 /// Longest copy-hint suffix a file may ask for.
 pub const MAX_COPY_NGRAM: usize = 16;
@@ -154,6 +191,11 @@ impl DSparkConfig {
     pub fn taps(&self) -> Vec<HiddenTap> {
         self.target_layers.iter().map(|&l| HiddenTap::Layer(l - 1)).collect()
     }
+    /// Whether the file has a DSpark Markov head (else: plain DFlash, raw
+    /// argmax of each slot's logits).
+    pub fn has_markov(&self) -> bool {
+        self.markov_rank > 0
+    }
     /// Drafts one pass can make.
     pub fn max_draft(&self) -> usize {
         if self.sample_from_anchor {
@@ -262,16 +304,25 @@ impl DSparkConfig {
         if mask >= target.vocab as u64 {
             return Err(meta(format!("mask token {mask} outside the vocabulary of {}", target.vocab)));
         }
-        let sample_from_anchor = flag(keys::SAMPLE_FROM_ANCHOR, true)?;
+        // a file without a Markov head is a plain DFlash drafter: as in
+        // llama.cpp, its anchor slot never predicts, whatever the key says
+        let markov_rank = match g.tensor_info("markov_w1.weight") {
+            Some(t) => t.dims.first().copied().unwrap_or(0) as usize,
+            None => 0,
+        };
+        let sample_from_anchor = markov_rank > 0 && flag(keys::SAMPLE_FROM_ANCHOR, true)?;
         if !sample_from_anchor && block_size < 2 {
             return Err(meta(format!("block_size {block_size} leaves no draft slot without sample_from_anchor")));
         }
-        let markov_rank = match g.tensor_info("markov_w1.weight") {
-            Some(t) => t.dims.first().copied().unwrap_or(0) as usize,
-            None => return Err(SupportError::MissingTensor { kind, name: "markov_w1.weight".into() }),
-        };
-        if markov_rank == 0 || markov_rank > 4096 {
+        if markov_rank > 4096 || (markov_rank == 0 && g.tensor_info("markov_w1.weight").is_some()) {
             return Err(meta(format!("Markov rank {markov_rank}")));
+        }
+        if markov_rank == 0 {
+            for name in ["markov_w2.weight", "conf_proj.weight", "conf_proj.bias"] {
+                if g.tensor_info(name).is_some() {
+                    return Err(meta(format!("{name} without markov_w1.weight (a DSpark head needs its Markov head)")));
+                }
+            }
         }
         let draft_vocab = match g.tensor_info("d2t") {
             Some(t) => t.n_elements() as usize,
@@ -602,6 +653,19 @@ impl DSparkWeights {
     pub fn from_gguf(g: &Gguf, target: &crate::Config) -> Result<Self, SupportError> {
         let cfg = DSparkConfig::from_gguf(g, target)?;
         let kind = SupportKind::DSpark;
+        // the trainer's forward is tandem's layout only
+        let (backbone, _) = Backbone::from_gguf(g, &cfg, target)?;
+        let own_embd = g.tensor_info("token_embd.weight").is_some();
+        let extra = (0..cfg.n_layer).any(|n| {
+            g.tensor_info(&format!("blk.{n}.attn_v.weight")).is_none()
+                || OPTIONAL_BLOCK_TENSORS.iter().any(|t| g.tensor_info(&format!("blk.{n}.{t}")).is_some())
+        });
+        if !cfg.has_markov() || !backbone.is_plain(cfg.head_dim) || own_embd || extra || g.tensor_info("rope_freqs.weight").is_some() {
+            return Err(SupportError::Metadata {
+                kind,
+                msg: "only files in tandem's own layout (a Markov head and the plain backbone) can be read for training".into(),
+            });
+        }
         let terr = |e: ModelError| SupportError::Tensor(kind, e);
         let d = cfg.d_model;
         let m = cfg.target_layers.len();
@@ -647,4 +711,234 @@ impl DSparkWeights {
             cfg,
         })
     }
+}
+
+/// The FFN gate activation of a DFlash backbone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU (tandem's files, and llama.cpp's default).
+    Silu,
+    /// GeGLU with gelu's tanh approximation (llama.cpp maps `gelu` and
+    /// `gelu_pytorch_tanh` both to it).
+    Gelu,
+}
+
+/// How llama.cpp's DFlash graph runs a file's backbone, from the keys and
+/// tensors beyond tandem's own layout. Kept apart from [`DSparkConfig`]
+/// (which the trainer builds) because tandem's trainer only writes the
+/// default, [`Backbone::PLAIN`]: the loader reads these so that a file
+/// converted by llama.cpp drafts with the meaning llama.cpp gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backbone {
+    /// `dflash.attention.causal`: slot i sees the block's slots ≤ i only
+    /// (default: every slot sees the whole block).
+    pub causal: bool,
+    /// `dflash.embedding_scale`: the block's token embeddings are
+    /// multiplied by it (0: not scaled).
+    pub embedding_scale: f32,
+    /// `dflash.attention.scale`: the attention logits' scale (0: 1/√head_dim).
+    pub attn_scale: f32,
+    /// `dflash.attention.value_scale`: the attention output (after its
+    /// projection) is multiplied by it (0: not scaled).
+    pub value_scale: f32,
+    pub activation: Activation,
+    /// `dflash.rope.dimension_count`: the leading dimensions of each head
+    /// that RoPE rotates (NeoX pairs `j, j + n_rot/2`); the rest pass.
+    pub n_rot: usize,
+    /// Position factor of linear RoPE scaling (1 / `rope.scaling.factor`).
+    pub rope_freq_scale: f32,
+    /// `dflash.attention.sliding_window` (0: none): on the layers
+    /// `sliding[l]` marks, a slot at position q sees keys at positions k
+    /// with `q − k < window` (later block slots stay visible).
+    pub sliding_window: usize,
+    pub sliding: Vec<bool>,
+}
+
+impl Backbone {
+    /// tandem's own layout: SwiGLU, NeoX RoPE over the full head, no
+    /// scales, non-causal, no window.
+    pub const PLAIN: Backbone = Backbone {
+        causal: false,
+        embedding_scale: 0.0,
+        attn_scale: 0.0,
+        value_scale: 0.0,
+        activation: Activation::Silu,
+        n_rot: 0,
+        rope_freq_scale: 1.0,
+        sliding_window: 0,
+        sliding: Vec::new(),
+    };
+
+    /// Whether this is the layout tandem's trainer writes (`n_rot` the
+    /// head dimension).
+    pub fn is_plain(&self, head_dim: usize) -> bool {
+        *self == Backbone { n_rot: head_dim, sliding: self.sliding.clone(), ..Backbone::PLAIN } && self.sliding_window == 0
+    }
+
+    /// Whether layer `l` uses the sliding window.
+    pub fn is_sliding(&self, l: usize) -> bool {
+        self.sliding_window > 0 && self.sliding.get(l).copied().unwrap_or(false)
+    }
+
+    /// Read the backbone options of `g` (whose configuration is `cfg`),
+    /// refusing what tandem cannot run as llama.cpp would: another
+    /// drafter family (DFlash2, DeepSeek-V4, mixture of experts), a RoPE
+    /// scaling other than none/linear, an activation llama.cpp refuses, and
+    /// any tensor that is not part of the DFlash/DSpark layout. Returns
+    /// warnings for what loads but would not run in llama.cpp.
+    pub fn from_gguf(g: &Gguf, cfg: &DSparkConfig, target: &crate::Config) -> Result<(Self, Vec<String>), SupportError> {
+        let kind = SupportKind::DSpark;
+        let meta = |msg: String| SupportError::Metadata { kind, msg };
+        let unsupported = |msg: String| SupportError::Metadata { kind, msg: format!("not supported: {msg}") };
+        let nonzero = |key: &str| g.get(key).is_some_and(|v| v.as_f64().is_none_or(|x| x != 0.0));
+        if nonzero(keys::HYPER_CONNECTIONS) {
+            return Err(unsupported(format!(
+                "{} > 0 selects the DeepSeek-V4 DSpark backbone (hyper-connections, MLA, mixture of experts)",
+                keys::HYPER_CONNECTIONS
+            )));
+        }
+        if let Some(k) = keys::DFLASH2.iter().find(|k| nonzero(k)) {
+            return Err(unsupported(format!("{k} belongs to a DFlash2 drafter (dynamic convolutions and a selector lattice)")));
+        }
+        if nonzero(keys::EXPERTS) {
+            return Err(unsupported(format!("{} (a mixture-of-experts backbone)", keys::EXPERTS)));
+        }
+        let mut warnings = Vec::new();
+        for t in &g.tensors {
+            tensor_allowed(&t.name, cfg.n_layer)
+                .map_err(|why| SupportError::Metadata { kind, msg: format!("DSpark tensor not supported: {} ({why})", t.name) })?;
+        }
+        let float = |key: &str| -> Result<f32, SupportError> {
+            match g.get(key) {
+                None => Ok(0.0),
+                Some(v) => match v.as_f64() {
+                    Some(x) if x.is_finite() => Ok(x as f32),
+                    _ => Err(meta(format!("{key} is not a finite number"))),
+                },
+            }
+        };
+        let causal = match g.get(keys::CAUSAL) {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(meta(format!("{} is not a boolean", keys::CAUSAL))),
+        };
+        let activation = match g.get(keys::ACTIVATION) {
+            None => Activation::Silu,
+            Some(Value::String(s)) if s == "silu" => Activation::Silu,
+            Some(Value::String(s)) if s == "gelu" || s == "gelu_pytorch_tanh" => Activation::Gelu,
+            Some(Value::String(s)) => {
+                return Err(unsupported(format!("{} {s:?} (silu, gelu and gelu_pytorch_tanh are)", keys::ACTIVATION)))
+            }
+            Some(_) => return Err(meta(format!("{} is not a string", keys::ACTIVATION))),
+        };
+        let hd = cfg.head_dim;
+        let n_rot = match g.get(keys::ROPE_DIMS) {
+            None => hd,
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 && n as usize <= hd && n % 2 == 0 => n as usize,
+                _ => return Err(meta(format!("{} must be an even number in 2..={hd}", keys::ROPE_DIMS))),
+            },
+        };
+        match crate::support::int_array(g, keys::ROPE_SECTIONS, kind)? {
+            None => {}
+            // text positions are (p, p, p, 0): sections 0..3 rotate as NeoX does
+            Some(s)
+                if s.len() == 4
+                    && s[3] == 0
+                    && s.iter().all(|&x| x >= 0)
+                    && s.iter().any(|&x| x != 0)
+                    && g.tensor_info("rope_freqs.weight").is_some() =>
+            {
+                return Err(unsupported(format!("rope_freqs.weight with {} (llama.cpp's M-RoPE path ignores it)", keys::ROPE_SECTIONS)));
+            }
+            Some(s) if s.len() == 4 && s[3] == 0 && s.iter().all(|&x| x >= 0) => {}
+            Some(s) => {
+                return Err(unsupported(format!("{} {s:?} (only a zero fourth section rotates as plain text)", keys::ROPE_SECTIONS)))
+            }
+        }
+        match g.get(keys::ROPE_SCALING) {
+            None => {}
+            Some(Value::String(s)) if s == "none" || s == "linear" => {}
+            Some(Value::String(s)) => return Err(unsupported(format!("{} {s:?} (none and linear are)", keys::ROPE_SCALING))),
+            Some(_) => return Err(meta(format!("{} is not a string", keys::ROPE_SCALING))),
+        }
+        let attn_factor = float(keys::ROPE_ATTN_FACTOR)?;
+        if attn_factor != 0.0 && attn_factor != 1.0 {
+            return Err(unsupported(format!("{} {attn_factor}", keys::ROPE_ATTN_FACTOR)));
+        }
+        // llama.cpp reads the factor whatever the scaling type (none scales too)
+        let factor = match float(keys::ROPE_FACTOR)? {
+            0.0 => float(keys::ROPE_SCALE_LINEAR)?,
+            f => f,
+        };
+        if factor < 0.0 {
+            return Err(meta(format!("rope scaling factor {factor}")));
+        }
+        let rope_freq_scale = if factor == 0.0 { 1.0 } else { 1.0 / factor };
+        let sliding_window = g
+            .get(keys::SLIDING_WINDOW)
+            .map_or(Some(0), |v| v.as_u64())
+            .ok_or_else(|| meta(format!("{} is not a non-negative integer", keys::SLIDING_WINDOW)))? as usize;
+        let sliding = if sliding_window > 0 {
+            match g.get(keys::SLIDING_PATTERN) {
+                Some(Value::Array(_, items)) if items.len() <= cfg.n_layer => items
+                    .iter()
+                    .map(|v| match v {
+                        Value::Bool(b) => Ok(*b),
+                        _ => Err(meta(format!("{} holds a value that is not a boolean", keys::SLIDING_PATTERN))),
+                    })
+                    .collect::<Result<Vec<bool>, _>>()?,
+                Some(Value::Array(_, items)) => {
+                    return Err(meta(format!("{} has {} entries for {} layers", keys::SLIDING_PATTERN, items.len(), cfg.n_layer)))
+                }
+                Some(_) => return Err(meta(format!("{} is not an array", keys::SLIDING_PATTERN))),
+                None => return Err(meta(format!("{} > 0 needs {}", keys::SLIDING_WINDOW, keys::SLIDING_PATTERN))),
+            }
+        } else {
+            Vec::new()
+        };
+        let b = Backbone {
+            causal,
+            embedding_scale: float(keys::EMBED_SCALE)?,
+            attn_scale: float(keys::ATTN_SCALE)?,
+            value_scale: float(keys::VALUE_SCALE)?,
+            activation,
+            n_rot,
+            rope_freq_scale,
+            sliding_window,
+            sliding,
+        };
+        if let Some(&l) = cfg.target_layers.iter().find(|&&l| l >= target.n_layer) {
+            warnings.push(format!(
+                "{} holds {l}, the output of the target's last layer: tandem runs it, but llama.cpp extracts layer inputs only and cannot for most targets",
+                keys::TARGET_LAYERS
+            ));
+        }
+        Ok((b, warnings))
+    }
+}
+
+/// Whether a tensor named `name` belongs to a DFlash/DSpark file with
+/// `n_layer` backbone layers (Err: why not, for the refusal).
+fn tensor_allowed(name: &str, n_layer: usize) -> Result<(), &'static str> {
+    if TOP_TENSORS.contains(&name) {
+        return Ok(());
+    }
+    if name.starts_with("selector_") || name.contains("_conv_") {
+        return Err("a DFlash2 convolution/selector tensor");
+    }
+    if name.starts_with("hc_") || name.contains(".hc_") || name.contains("_exps") || name.contains("_shexp") || name.contains("attn_kv") {
+        return Err("a DeepSeek-V4 backbone tensor");
+    }
+    if name.ends_with(".scale") || name.ends_with(".input_scale") {
+        return Err("a per-tensor scale, written with NVFP4 weights");
+    }
+    if let Some(rest) = name.strip_prefix("blk.") {
+        if let Some((n, t)) = rest.split_once('.') {
+            if n.parse::<usize>().is_ok_and(|n| n < n_layer) && (BLOCK_TENSORS.contains(&t) || OPTIONAL_BLOCK_TENSORS.contains(&t)) {
+                return Ok(());
+            }
+        }
+    }
+    Err("not part of the DFlash/DSpark layout")
 }

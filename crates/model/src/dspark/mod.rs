@@ -9,10 +9,15 @@
 //! block at a:     x_i = emb(i == 0 ? anchor : mask), position a + i, i < B
 //!                 backbone layers: q/k-normed, NeoX RoPE, attention over
 //!                 [context 0..a ‖ block], non-causal inside the block, SwiGLU
+//!                 (llama.cpp's options change this where a file has them:
+//!                 [`Backbone`])
 //!                 e_i = output_norm(x_i);  U_i = output · e_i  (draft vocab)
 //! Markov chain:   w = w1[prev];  logits_i = U_i + w2 · w;
 //!                 c_i = σ(conf · [e_i; w] + b);  prev = token_i   (prev_0 = anchor)
 //! ```
+//!
+//! A file without the Markov head is a plain DFlash drafter: slots 1.. draft
+//! the argmax of `U_i` (the anchor's slot never predicts), as in llama.cpp.
 //!
 //! Slot i predicts the token at position a + i + 1. `h^(l)` is the input of
 //! target layer l (the output of layer l − 1), as in llama.cpp.
@@ -38,7 +43,9 @@ struct DLayer {
     attn_norm: Vec<f32>,
     wq: WeightRef,
     wk: WeightRef,
-    wv: WeightRef,
+    /// None: values are the keys' projection, RMS-normed per head without a
+    /// weight and not rotated (llama.cpp's shared K/V, Gemma 4's k_eq_v).
+    wv: Option<WeightRef>,
     wo: WeightRef,
     q_norm: Vec<f32>,
     k_norm: Vec<f32>,
@@ -46,6 +53,13 @@ struct DLayer {
     gate: WeightRef,
     up: WeightRef,
     down: WeightRef,
+    /// Per-head softmax sinks (a logit with no value row).
+    sinks: Option<Vec<f32>>,
+    /// RMSNorm weights of the attention and FFN outputs before their residual adds.
+    post_attn_norm: Option<Vec<f32>>,
+    post_ffw_norm: Option<Vec<f32>>,
+    /// Factor on the layer's output.
+    out_scale: Option<f32>,
 }
 
 /// A loaded DSpark drafter bound to one target.
@@ -57,14 +71,23 @@ pub struct DSparkModel {
     enc_norm: Vec<f32>,
     layers: Vec<DLayer>,
     output_norm: Vec<f32>,
-    /// Own head (None: the target's, full vocabulary).
+    /// Own head (None: the target's, full vocabulary): `output.weight`, or
+    /// else the file's `token_embd.weight` (tied).
     output: Option<WeightRef>,
     d2t: Option<Vec<u32>>,
     /// Target token → draft row (u32::MAX: none); built only for copy hints.
     t2d: Vec<u32>,
-    w1: WeightRef,
-    w2: WeightRef,
+    /// The Markov head (None: a plain DFlash drafter).
+    w1: Option<WeightRef>,
+    w2: Option<WeightRef>,
     conf: Option<(Vec<f32>, f32)>,
+    /// The block's token embeddings when the file has its own (else the target's).
+    tok_embd: Option<WeightRef>,
+    /// RoPE frequency divisors, `head_dim / 2` of them (`rope_freqs.weight`).
+    rope_freqs: Option<Vec<f32>>,
+    /// How llama.cpp runs this backbone (tandem's files: [`Backbone::PLAIN`]).
+    pub backbone: Backbone,
+    warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for DSparkModel {
@@ -100,19 +123,27 @@ impl DSparkModel {
         if found != kind {
             return Err(SupportError::Metadata { kind, msg: format!("file holds an {found} head, not a DSpark drafter") });
         }
-        id.check(&g, kind)?;
+        let mut warnings: Vec<String> = id.check_or_derive(&g, kind)?.into_iter().collect();
         let tc = &target.cfg;
         let cfg = DSparkConfig::from_gguf(&g, tc)?;
         let meta = |msg: String| SupportError::Metadata { kind, msg };
         let d = cfg.d_model;
         for n in 0..cfg.n_layer {
-            for t in BLOCK_TENSORS {
+            for t in BLOCK_TENSORS.iter().filter(|&&t| t != "attn_v.weight") {
                 let name = format!("blk.{n}.{t}");
                 if g.tensor_info(&name).is_none() {
                     return Err(SupportError::MissingTensor { kind, name });
                 }
             }
         }
+        let (backbone, w) = Backbone::from_gguf(&g, &cfg, tc)?;
+        warnings.extend(w);
+        let opt_vec = |name: &str, n: usize| -> Result<Option<Vec<f32>>, SupportError> {
+            match g.tensor_info(name) {
+                None => Ok(None),
+                Some(_) => load_vec_k(&g, kind, name, n).map(Some),
+            }
+        };
         let fc = load_mat_k(&g, kind, "fc.weight", cfg.feat_dim(), d)?;
         let enc_norm = load_vec_k(&g, kind, "enc.output_norm.weight", d)?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
@@ -123,7 +154,10 @@ impl DSparkModel {
                 attn_norm: load_vec_k(&g, kind, &p("attn_norm.weight"), d)?,
                 wq: load_mat_k(&g, kind, &p("attn_q.weight"), d, qd)?,
                 wk: load_mat_k(&g, kind, &p("attn_k.weight"), d, kvd)?,
-                wv: load_mat_k(&g, kind, &p("attn_v.weight"), d, kvd)?,
+                wv: match g.tensor_info(&p("attn_v.weight")) {
+                    Some(_) => Some(load_mat_k(&g, kind, &p("attn_v.weight"), d, kvd)?),
+                    None => None,
+                },
                 wo: load_mat_k(&g, kind, &p("attn_output.weight"), qd, d)?,
                 q_norm: load_vec_k(&g, kind, &p("attn_q_norm.weight"), hd)?,
                 k_norm: load_vec_k(&g, kind, &p("attn_k_norm.weight"), hd)?,
@@ -131,6 +165,10 @@ impl DSparkModel {
                 gate: load_mat_k(&g, kind, &p("ffn_gate.weight"), d, f)?,
                 up: load_mat_k(&g, kind, &p("ffn_up.weight"), d, f)?,
                 down: load_mat_k(&g, kind, &p("ffn_down.weight"), f, d)?,
+                sinks: opt_vec(&p("attn_sinks.weight"), cfg.n_head)?,
+                post_attn_norm: opt_vec(&p("post_attention_norm.weight"), d)?,
+                post_ffw_norm: opt_vec(&p("post_ffw_norm.weight"), d)?,
+                out_scale: opt_vec(&p("layer_output_scale.weight"), 1)?.map(|v| v[0]),
             });
         }
         let output_norm = load_vec_k(&g, kind, "output_norm.weight", d)?;
@@ -158,16 +196,33 @@ impl DSparkModel {
                 Some(ids.into_iter().map(|i| i as u32).collect::<Vec<u32>>())
             }
         };
+        let tok_embd = match g.tensor_info("token_embd.weight") {
+            Some(_) => Some(load_mat_k(&g, kind, "token_embd.weight", d, tc.vocab)?),
+            None => None,
+        };
         let output = if g.tensor_info("output.weight").is_some() {
             Some(load_mat_k(&g, kind, "output.weight", d, cfg.draft_vocab)?)
         } else if d2t.is_some() {
             return Err(SupportError::MissingTensor { kind, name: "output.weight (required with d2t)".into() });
         } else {
-            None
+            // llama.cpp ties the head to the file's own embeddings when it has them
+            tok_embd.clone()
         };
+        let rope_freqs = opt_vec("rope_freqs.weight", cfg.head_dim / 2)?;
+        if let Some(f) = &rope_freqs {
+            if f.iter().any(|&x| x.is_nan() || x <= 0.0) {
+                return Err(meta("rope_freqs.weight holds a value that is not positive".into()));
+            }
+        }
         let r = cfg.markov_rank;
-        let w1 = load_mat_k(&g, kind, "markov_w1.weight", r, tc.vocab)?;
-        let w2 = load_mat_k(&g, kind, "markov_w2.weight", r, cfg.draft_vocab)?;
+        let (w1, w2) = if cfg.has_markov() {
+            (
+                Some(load_mat_k(&g, kind, "markov_w1.weight", r, tc.vocab)?),
+                Some(load_mat_k(&g, kind, "markov_w2.weight", r, cfg.draft_vocab)?),
+            )
+        } else {
+            (None, None)
+        };
         let conf = if cfg.has_conf {
             let (t, _) = g.tensor("conf_proj.weight").map_err(|e| SupportError::Tensor(kind, e.into()))?;
             let want = [(d + r) as u64, 1];
@@ -190,7 +245,44 @@ impl DSparkModel {
                 t2d[d2t.as_ref().map_or(r, |v| v[r] as usize)] = r as u32;
             }
         }
-        Ok(DSparkModel { gguf: g, target, cfg, fc, enc_norm, layers, output_norm, output, d2t, t2d, w1, w2, conf })
+        Ok(DSparkModel {
+            gguf: g,
+            target,
+            cfg,
+            fc,
+            enc_norm,
+            layers,
+            output_norm,
+            output,
+            d2t,
+            t2d,
+            w1,
+            w2,
+            conf,
+            tok_embd,
+            rope_freqs,
+            backbone,
+            warnings,
+        })
+    }
+
+    /// What loads but deserves a word: a file without tandem's binding keys,
+    /// taps llama.cpp cannot extract. The drafter logs them.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The block's input embedding of `token` (the file's embeddings if it
+    /// has them, else the target's), before `embedding_scale`.
+    fn embed(&self, token: u32, out: &mut [f32]) -> Result<(), ModelError> {
+        match &self.tok_embd {
+            None => self.target.embed(token, out),
+            Some(w) if (token as usize) < w.n => {
+                w.view(&self.gguf).row_f32(token as usize, out);
+                Ok(())
+            }
+            Some(w) => Err(ModelError::BadToken { id: token, vocab: w.n }),
+        }
     }
 
     pub fn target(&self) -> &Arc<Model> {
@@ -211,21 +303,46 @@ impl DSparkModel {
         KvCache::new(self.cfg.n_layer, self.cfg.kv_dim(), ctx.max(1) + self.cfg.block_size)
     }
 
-    /// RoPE angles of positions `p0..p0 + rows`, `head_dim / 2` per row
+    /// RoPE angles of positions `p0..p0 + rows`, `n_rot / 2` per row
     /// (computed once per call, shared by every layer and by q and k).
+    /// As in ggml, angle j is `p · freq_scale · base^(−2j/n_rot) / f_j`
+    /// with `f` the file's `rope_freqs` (1 without).
     fn rope_table(&self, p0: usize, rows: usize) -> Vec<(f32, f32)> {
-        let half = self.cfg.head_dim / 2;
+        let n_rot = self.backbone.n_rot;
+        let half = n_rot / 2;
+        let (base, scale) = (self.cfg.rope_base, self.backbone.rope_freq_scale);
         let mut cs = vec![(0f32, 0f32); rows * half];
         for (i, row) in cs.chunks_exact_mut(half).enumerate() {
-            ops::rope_angles(p0 + i, self.cfg.head_dim, self.cfg.rope_base, 1.0, row);
+            match &self.rope_freqs {
+                None => ops::rope_angles(p0 + i, n_rot, base, scale, row),
+                Some(ff) => {
+                    for (j, c) in row.iter_mut().enumerate() {
+                        let inv = (base as f64).powf(-2.0 * j as f64 / n_rot as f64);
+                        let th = (p0 + i) as f64 * inv * scale as f64 / ff[j] as f64;
+                        *c = (th.cos() as f32, th.sin() as f32);
+                    }
+                }
+            }
         }
         cs
     }
 
-    /// NeoX RoPE on every head of one row, with that row's angles.
+    /// NeoX RoPE on the leading `n_rot` dimensions of every head of one
+    /// row, with that row's angles.
     fn rope_row(&self, x: &mut [f32], cs: &[(f32, f32)]) {
+        let n_rot = self.backbone.n_rot;
         for h in x.chunks_exact_mut(self.cfg.head_dim) {
-            ops::rope_halves(h, cs);
+            ops::rope_halves(&mut h[..n_rot], cs);
+        }
+    }
+
+    /// Values without `attn_v`: the keys' projection `k`, RMS-normed per
+    /// head with no weight.
+    fn shared_values(&self, k: &[f32], v: &mut [f32]) {
+        let hd = self.cfg.head_dim;
+        let ones = vec![1f32; hd];
+        for (src, dst) in k.chunks_exact(hd).zip(v.chunks_exact_mut(hd)) {
+            ops::rmsnorm(src, &ones, self.cfg.eps, dst);
         }
     }
 
@@ -263,9 +380,15 @@ impl DSparkModel {
         let mut k = vec![0f32; rows * kvd];
         let mut v = vec![0f32; rows * kvd];
         let cs = self.rope_table(p0, rows);
-        let half = c.head_dim / 2;
+        let half = self.backbone.n_rot / 2;
         for (li, ly) in self.layers.iter().enumerate() {
-            matmul_many(pool, &[&ly.wk.view(g), &ly.wv.view(g)], &gn, rows, &mut [&mut k, &mut v]);
+            match &ly.wv {
+                Some(wv) => matmul_many(pool, &[&ly.wk.view(g), &wv.view(g)], &gn, rows, &mut [&mut k, &mut v]),
+                None => {
+                    matmul(pool, &ly.wk.view(g), &gn, rows, &mut k);
+                    self.shared_values(&k, &mut v);
+                }
+            }
             for i in 0..rows {
                 let kr = &mut k[i * kvd..(i + 1) * kvd];
                 Self::head_norm(kr, &ly.k_norm, c.eps, c.head_dim);
@@ -304,17 +427,28 @@ impl DSparkModel {
         }
         let a = cache.len();
         let g = &self.gguf;
+        let bb = &self.backbone;
         let mut x = vec![0f32; n * d];
-        self.target.embed(anchor, &mut x[..d])?;
+        self.embed(anchor, &mut x[..d])?;
         if let (Some((t, k)), false) = (hint, c.copy_embed.is_empty()) {
             let s = c.copy_embed[k - 1];
             let mut he = vec![0f32; d];
-            self.target.embed(t, &mut he)?;
+            self.embed(t, &mut he)?;
             x[..d].iter_mut().zip(&he).for_each(|(a, b)| *a += s * b);
         }
         for i in 1..n {
-            self.target.embed(c.mask_token, &mut x[i * d..(i + 1) * d])?;
+            self.embed(c.mask_token, &mut x[i * d..(i + 1) * d])?;
         }
+        if bb.embedding_scale != 0.0 {
+            x.iter_mut().for_each(|v| *v *= bb.embedding_scale);
+        }
+        let mut tmp = vec![0f32; d];
+        let post_norm = |y: &mut [f32], w: &[f32], tmp: &mut [f32]| {
+            for row in y.chunks_exact_mut(d) {
+                ops::rmsnorm(row, w, c.eps, tmp);
+                row.copy_from_slice(tmp);
+            }
+        };
         let mut h = vec![0f32; n * d];
         let mut q = vec![0f32; n * qd];
         let mut k = vec![0f32; n * kvd];
@@ -324,12 +458,20 @@ impl DSparkModel {
         let mut gt = vec![0f32; n * f];
         let mut up = vec![0f32; n * f];
         let cs = self.rope_table(a, n);
-        let half = hd / 2;
+        let half = bb.n_rot / 2;
         for (li, ly) in self.layers.iter().enumerate() {
             for i in 0..n {
                 ops::rmsnorm(&x[i * d..(i + 1) * d], &ly.attn_norm, c.eps, &mut h[i * d..(i + 1) * d]);
             }
-            matmul_many(pool, &[&ly.wq.view(g), &ly.wk.view(g), &ly.wv.view(g)], &h, n, &mut [&mut q, &mut k, &mut v]);
+            match &ly.wv {
+                Some(wv) => {
+                    matmul_many(pool, &[&ly.wq.view(g), &ly.wk.view(g), &wv.view(g)], &h, n, &mut [&mut q, &mut k, &mut v]);
+                }
+                None => {
+                    matmul_many(pool, &[&ly.wq.view(g), &ly.wk.view(g)], &h, n, &mut [&mut q, &mut k]);
+                    self.shared_values(&k, &mut v);
+                }
+            }
             for i in 0..n {
                 let qr = &mut q[i * qd..(i + 1) * qd];
                 Self::head_norm(qr, &ly.q_norm, c.eps, hd);
@@ -339,16 +481,37 @@ impl DSparkModel {
                 self.rope_row(kr, &cs[i * half..(i + 1) * half]);
             }
             cache.push_layer(li, &k, &v);
-            block_attention(pool, c, cache, li, a + n, n, &q, &mut att);
+            let mask = AttnMask {
+                scale: if bb.attn_scale != 0.0 { bb.attn_scale } else { 1.0 / (hd as f32).sqrt() },
+                causal: bb.causal,
+                window: if bb.is_sliding(li) { bb.sliding_window } else { 0 },
+                sinks: ly.sinks.as_deref(),
+            };
+            block_attention(pool, c, &mask, cache, li, a + n, n, &q, &mut att);
             matmul(pool, &ly.wo.view(g), &att, n, &mut o);
+            if bb.value_scale != 0.0 {
+                o.iter_mut().for_each(|v| *v *= bb.value_scale);
+            }
+            if let Some(w) = &ly.post_attn_norm {
+                post_norm(&mut o, w, &mut tmp);
+            }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             for i in 0..n {
                 ops::rmsnorm(&x[i * d..(i + 1) * d], &ly.ffn_norm, c.eps, &mut h[i * d..(i + 1) * d]);
             }
             matmul_many(pool, &[&ly.gate.view(g), &ly.up.view(g)], &h, n, &mut [&mut gt, &mut up]);
-            ops::silu_mul(&mut gt, &up);
+            match bb.activation {
+                Activation::Silu => ops::silu_mul(&mut gt, &up),
+                Activation::Gelu => ops::gelu_mul(&mut gt, &up),
+            }
             matmul(pool, &ly.down.view(g), &gt, n, &mut o);
+            if let Some(w) = &ly.post_ffw_norm {
+                post_norm(&mut o, w, &mut tmp);
+            }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            if let Some(s) = ly.out_scale {
+                x.iter_mut().for_each(|v| *v *= s);
+            }
         }
         // the block's rows were pushed layer by layer without a commit: drop them
         cache.commit(n);
@@ -361,6 +524,13 @@ impl DSparkModel {
             Some(w) => {
                 base.resize(n * w.n, 0.0);
                 matmul(pool, &w.view(g), e, n, base);
+            }
+            // llama.cpp applies no soft-cap to a drafter's logits, so a
+            // soft-capped target's head is used raw
+            None if self.target.cfg.logit_softcap.is_some() => {
+                let w = self.target.output_weight();
+                base.resize(n * w.n, 0.0);
+                matmul(pool, &w.view(self.target.gguf()), e, n, base);
             }
             None => self.target.lm_head(pool, e, n, base),
         }
@@ -410,7 +580,9 @@ impl DSparkModel {
             }
         }
         let mut w1 = vec![0f32; c.markov_rank];
-        self.w1.view(&self.gguf).row_f32(prev as usize, &mut w1);
+        if let Some(m) = &self.w1 {
+            m.view(&self.gguf).row_f32(prev as usize, &mut w1);
+        }
         Ok(MarkovInput { w1, hint })
     }
 
@@ -435,9 +607,11 @@ impl DSparkModel {
     /// the bias), so `logits[draft_vocab]` then stands for it.
     pub fn markov_logits(&self, pool: &ThreadPool, m: &MarkovInput, e: &[f32], logits: &mut Vec<f32>) -> Result<(), ModelError> {
         let c = &self.cfg;
-        let mut bias = vec![0f32; c.draft_vocab];
-        matmul(pool, &self.w2.view(&self.gguf), &m.w1, 1, &mut bias);
-        logits.iter_mut().zip(&bias).for_each(|(l, b)| *l += b);
+        if let Some(w2) = &self.w2 {
+            let mut bias = vec![0f32; c.draft_vocab];
+            matmul(pool, &w2.view(&self.gguf), &m.w1, 1, &mut bias);
+            logits.iter_mut().zip(&bias).for_each(|(l, b)| *l += b);
+        }
         if let Some((tok, n)) = m.hint {
             let b = c.copy_bias[n - 1];
             match self.t2d[tok as usize] {
@@ -461,14 +635,37 @@ pub struct MarkovInput {
     hint: Option<(u32, usize)>,
 }
 
-/// Non-causal attention of `n` block rows over cache rows `0..n_ctx` (the
-/// context and the whole block).
+/// Which keys a block row sees, and how its scores are weighed.
+struct AttnMask<'a> {
+    scale: f32,
+    /// Block row i sees block rows ≤ i only.
+    causal: bool,
+    /// A row at position p sees keys at positions > p − window (0: all).
+    window: usize,
+    /// Per-head sink logits, in the softmax's denominator only.
+    sinks: Option<&'a [f32]>,
+}
+
+/// Attention of `n` block rows over cache rows `0..n_ctx` (the context and
+/// the whole block; cache row r holds position r). Without a causal mask or
+/// a window every row sees all of them; with them each row's visible keys
+/// are still one contiguous range.
 #[allow(clippy::too_many_arguments)]
-fn block_attention(pool: &ThreadPool, c: &DSparkConfig, cache: &KvCache, layer: usize, n_ctx: usize, n: usize, q: &[f32], out: &mut [f32]) {
+fn block_attention(
+    pool: &ThreadPool,
+    c: &DSparkConfig,
+    mask: &AttnMask,
+    cache: &KvCache,
+    layer: usize,
+    n_ctx: usize,
+    n: usize,
+    q: &[f32],
+    out: &mut [f32],
+) {
     let (kc, vc) = cache.layer(layer);
     let (hd, kvd, qd) = (c.head_dim, c.kv_dim(), c.q_dim());
     let group = c.n_head / c.n_kv_head;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = mask.scale;
     // unit u is head u % n_head of row u / n_head: the pieces in order
     pool.run_pieces(
         &mut out[..n * qd],
@@ -479,9 +676,25 @@ fn block_attention(pool: &ThreadPool, c: &DSparkConfig, cache: &KvCache, layer: 
             let (i, h) = (u / c.n_head, u % c.n_head);
             let kvh = h / group;
             let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
-            // key and value head kvh of rows 0..n_ctx, in order (see llama's attention)
+            let pos = n_ctx - n + i;
+            let hi = if mask.causal { pos + 1 } else { n_ctx };
+            let lo = if mask.window > 0 { (pos + 1).saturating_sub(mask.window) } else { 0 };
+            let sc = &mut sc[..hi - lo];
+            let (kc, vc) = (&kc[lo * kvd..], &vc[lo * kvd..]);
+            // key and value head kvh of rows lo..hi, in order (see llama's attention)
             ops::dot_rows(qh, kc, kvd, kvh * hd, scale, sc);
-            ops::softmax_inplace(sc);
+            match mask.sinks {
+                None => {
+                    ops::softmax_inplace(sc);
+                }
+                Some(sinks) => {
+                    let s = sinks[h];
+                    let m = sc.iter().copied().fold(s, f32::max);
+                    ops::exp_sub_inplace(sc, m);
+                    let inv = 1.0 / (ops::sum_f32(sc) + (s - m).exp());
+                    sc.iter_mut().for_each(|v| *v *= inv);
+                }
+            }
             o.iter_mut().for_each(|v| *v = 0.0);
             ops::axpy_rows(o, sc, vc, kvd, kvh * hd);
         },
