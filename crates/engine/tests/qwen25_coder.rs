@@ -144,3 +144,38 @@ fn lookup_output_equals_plain_on_code_prompts() {
     assert!(lk.stats.accepted > 0, "lookup gets drafts accepted on code edits");
     println!("lookup: {}", lk.stats.report());
 }
+
+/// Every drafter committed for the coder (catalogue names), alone and with
+/// prompt lookup in front: output identical to plain decoding on every code
+/// prompt, and drafts get accepted.
+#[test]
+#[ignore = "fetches and runs the 491 MB coder model"]
+fn committed_drafters_output_equals_plain_on_code_prompts() {
+    let engine = engine();
+    let params = GenParams { max_tokens: 64, sampler: SamplerParams::greedy() };
+    assert!(!QWEN25_CODER_05B.drafters.is_empty(), "the coder has committed drafters");
+    let prompts = prompts(&engine);
+    let run = |prompt: &[u32], sp: Option<&mut tandem_engine::Speculator>| {
+        let mut s = Session::new(engine.clone(), 2048);
+        let mut out = vec![];
+        s.generate_with(prompt, &params, sp, None, |t, _| {
+            out.push(t);
+            true
+        })
+        .unwrap();
+        out
+    };
+    let plain: Vec<Vec<u32>> = prompts.iter().map(|(_, _, p)| run(p, None)).collect();
+    for d in QWEN25_CODER_05B.drafters {
+        let file = tandem_engine::fetch::resolve_drafter(std::path::Path::new(d.name), &engine.path).unwrap();
+        for lookup in [None, Some((2, 8))] {
+            let o = SpecOptions { drafter: Some(file.clone()), lookup, require: true, ..Default::default() };
+            let mut sp = engine.speculator(&o, 2048).unwrap().unwrap();
+            for ((id, _, prompt), want) in prompts.iter().zip(&plain) {
+                assert_eq!(&run(prompt, Some(&mut sp)), want, "{id}: --drafter {} (lookup {lookup:?}) differs from plain", d.name);
+            }
+            assert!(sp.stats.accepted > 0, "--drafter {} gets drafts accepted", d.name);
+            println!("--drafter {} lookup {lookup:?}: {}", d.name, sp.stats.report());
+        }
+    }
+}

@@ -27,7 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-pub use catalogue::{find, ModelSpec, Part, CATALOGUE, DEFAULT_MODEL, GEMMA3_270M, QWEN25_CODER_05B, SMOLLM2_135M};
+pub use catalogue::{find, DrafterSpec, ModelSpec, Part, CATALOGUE, DEFAULT_MODEL, GEMMA3_270M, QWEN25_CODER_05B, SMOLLM2_135M};
 use lock::ModelLock;
 
 /// Environment variable overriding the models directory.
