@@ -397,6 +397,16 @@ fn catalogue_names_are_listed_and_accepted() {
         assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
         assert!(e.contains("no-such-model") && !e.contains("panicked"), "{e}");
     }
+    // committed drafters by name: listed under their model, used by name,
+    // greedy output unchanged; an unknown name lists the known ones
+    assert!(out.contains("--drafter dspark") && out.contains("--drafter mtp"), "{out}");
+    let mut drafted = base.to_vec();
+    drafted.extend(["--drafter", "dspark"]);
+    assert_eq!(run_ok(&drafted).0, plain);
+    let o = tandem().args(["-p", "x", "-n", "4", "--drafter", "no-such-drafter"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("no-such-drafter") && e.contains("known names: mtp, dspark") && !e.contains("panicked"), "{e}");
 }
 
 /// `--drafter FILE` uses a support file as its tensors say: the DSpark
