@@ -115,8 +115,12 @@ fn load_or_generate(
         if let Some((dir, n)) = &src.code {
             let extra = tandem_train::code_corpus::code_prompts(dir, *n, seed).with_context(|| format!("reading {}", dir.display()))?;
             // no function the benchmark asks about, even from a copy of it
-            let bench_defs: std::collections::HashSet<&str> =
-                bench.iter().flat_map(|b| b.lines()).map(str::trim).filter(|l| l.starts_with("def ") || l.starts_with("async def ")).collect();
+            let bench_defs: std::collections::HashSet<&str> = bench
+                .iter()
+                .flat_map(|b| b.lines())
+                .map(str::trim)
+                .filter(|l| l.starts_with("def ") || l.starts_with("async def "))
+                .collect();
             let made = extra.len();
             let kept: Vec<_> = extra.into_iter().filter(|c| !bench_defs.contains(c.def_line.as_str())).collect();
             let mut kinds: Vec<(&str, usize)> = Vec::new();

@@ -74,7 +74,8 @@ pub fn parse_prompts(text: &str, path: &Path) -> Result<Vec<BenchPrompt>, Prompt
             err(format!("invalid JSON at column {}: {msg}", e.column()))
         })?;
         let id = p.id.filter(|s| !s.is_empty()).ok_or_else(|| err("missing \"id\"".into()))?;
-        let category = p.category.filter(|s| !s.is_empty()).ok_or_else(|| err(format!("prompt {id}: missing \"category\" (or \"kind\")")))?;
+        let category =
+            p.category.filter(|s| !s.is_empty()).ok_or_else(|| err(format!("prompt {id}: missing \"category\" (or \"kind\")")))?;
         let text = match (p.user, p.raw) {
             (Some(u), None) => PromptText::User(u),
             (None, Some(r)) => PromptText::Raw(r),

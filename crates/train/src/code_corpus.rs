@@ -83,7 +83,10 @@ pub fn code_prompts(dir: &std::path::Path, n: usize, seed: u64) -> std::io::Resu
     if dir.join("os.py").is_file() && dir.join("argparse.py").is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            format!("{} looks like the Python standard library, which the code benchmark is built on: use installed packages (site-packages)", dir.display()),
+            format!(
+                "{} looks like the Python standard library, which the code benchmark is built on: use installed packages (site-packages)",
+                dir.display()
+            ),
         ));
     }
     let mut files = Vec::new();
@@ -150,9 +153,7 @@ fn collect_py(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::
         let name = e.file_name().to_string_lossy().to_string();
         let ft = e.file_type()?;
         if ft.is_dir() {
-            if !matches!(name.as_str(), "__pycache__" | "test" | "tests" | "testing" | "_vendor" | "vendored")
-                && !name.starts_with('.')
-            {
+            if !matches!(name.as_str(), "__pycache__" | "test" | "tests" | "testing" | "_vendor" | "vendored") && !name.starts_with('.') {
                 collect_py(&path, out)?;
             }
         } else if ft.is_file() && name.ends_with(".py") && !name.starts_with("test_") {

@@ -178,7 +178,8 @@ pub fn resolve_drafter(given: &Path, model: &Path) -> Result<PathBuf, FetchError
     match spec.drafters.iter().find(|d| d.name.eq_ignore_ascii_case(name)) {
         Some(d) => {
             // beside the model file when it sits in a models dir, else the default one
-            let dir = model.parent().filter(|p| p.join("support").join(d.file_name).exists()).map(Path::to_path_buf).unwrap_or_else(models_dir);
+            let dir =
+                model.parent().filter(|p| p.join("support").join(d.file_name).exists()).map(Path::to_path_buf).unwrap_or_else(models_dir);
             Ok(dir.join("support").join(d.file_name))
         }
         None => Err(unknown()),
