@@ -124,16 +124,7 @@ fn speculation_across_the_window_equals_plain() {
     ];
     for len in [470, 1000] {
         let prompt = &all[..len];
-        let run = |sp: Option<&mut tandem_engine::Speculator>| {
-            let mut s = Session::new(engine.clone(), 2048);
-            let mut out = vec![];
-            s.generate_with(prompt, &params, sp, None, |t, _| {
-                out.push(t);
-                true
-            })
-            .unwrap();
-            out
-        };
+        let run = |sp: Option<&mut tandem_engine::Speculator>| common::generate(&engine, 2048, prompt, &params, sp);
         let plain = run(None);
         assert_eq!(plain.len(), 96);
         for (name, o) in &options {

@@ -128,16 +128,7 @@ fn lookup_output_equals_plain_on_code_prompts() {
     let lookup = SpecOptions { lookup: Some((2, 8)), ..Default::default() };
     let mut lk = engine.speculator(&lookup, 2048).unwrap().unwrap();
     for (id, _, prompt) in prompts(&engine) {
-        let run = |sp: Option<&mut tandem_engine::Speculator>| {
-            let mut s = Session::new(engine.clone(), 2048);
-            let mut out = vec![];
-            s.generate_with(&prompt, &params, sp, None, |t, _| {
-                out.push(t);
-                true
-            })
-            .unwrap();
-            out
-        };
+        let run = |sp: Option<&mut tandem_engine::Speculator>| common::generate(&engine, 2048, &prompt, &params, sp);
         let plain = run(None);
         assert_eq!(run(Some(&mut lk)), plain, "{id}: lookup output differs from plain");
     }
@@ -155,16 +146,7 @@ fn committed_drafters_output_equals_plain_on_code_prompts() {
     let params = GenParams { max_tokens: 64, sampler: SamplerParams::greedy() };
     assert!(!QWEN25_CODER_05B.drafters.is_empty(), "the coder has committed drafters");
     let prompts = prompts(&engine);
-    let run = |prompt: &[u32], sp: Option<&mut tandem_engine::Speculator>| {
-        let mut s = Session::new(engine.clone(), 2048);
-        let mut out = vec![];
-        s.generate_with(prompt, &params, sp, None, |t, _| {
-            out.push(t);
-            true
-        })
-        .unwrap();
-        out
-    };
+    let run = |prompt: &[u32], sp: Option<&mut tandem_engine::Speculator>| common::generate(&engine, 2048, prompt, &params, sp);
     let plain: Vec<Vec<u32>> = prompts.iter().map(|(_, _, p)| run(p, None)).collect();
     for d in QWEN25_CODER_05B.drafters {
         let file = tandem_engine::fetch::resolve_drafter(std::path::Path::new(d.name), &engine.path).unwrap();

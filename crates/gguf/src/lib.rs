@@ -15,7 +15,7 @@ pub use error::GgufError;
 pub use reader::{Gguf, TensorInfo};
 pub use types::GgmlType;
 pub use value::{Value, ValueType};
-pub use writer::{GgufWriter, TensorData};
+pub use writer::{rewrite, GgufWriter, TensorData};
 
 /// Default alignment of the tensor data section when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;

@@ -157,3 +157,25 @@ fn put_value(out: &mut Vec<u8>, v: &Value) -> Result<(), GgufError> {
     }
     Ok(())
 }
+
+/// A GGUF image read, edited and written again: `edit` gets the metadata (in
+/// file order) and every tensor with its bytes, and may change, add or drop
+/// any of them. For tools and tests that derive one file from another.
+pub fn rewrite(bytes: &[u8], edit: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorData>)) -> Result<Vec<u8>, GgufError> {
+    let g = crate::Gguf::from_bytes(bytes.to_vec())?;
+    let mut meta = g.metadata.clone();
+    let mut tensors: Vec<TensorData> = g
+        .tensors
+        .iter()
+        .map(|t| TensorData { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty, data: g.tensor_data(t).to_vec() })
+        .collect();
+    edit(&mut meta, &mut tensors);
+    let mut w = GgufWriter::new();
+    for (k, v) in meta {
+        w.set(k, v);
+    }
+    for t in tensors {
+        w.add_tensor(t)?;
+    }
+    w.to_bytes()
+}

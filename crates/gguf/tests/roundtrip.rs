@@ -298,3 +298,29 @@ fn writer_never_produces_a_file_the_reader_rejects_over_alignment() {
         }
     }
 }
+
+/// `rewrite` with no edit gives a file that reads back as the original; an
+/// edit changes exactly what it touched; a broken edit is an error, not a
+/// panic.
+#[test]
+fn rewrite_keeps_what_it_does_not_touch() {
+    let bytes = sample_file();
+    let same = tandem_gguf::rewrite(&bytes, |_, _| {}).unwrap();
+    check_sample(&parse(same).unwrap(), &[]);
+
+    let first = sample_tensors()[0].name.clone();
+    let edited = tandem_gguf::rewrite(&bytes, |meta, tensors| {
+        meta.push(("test.added".into(), Value::U32(7)));
+        tensors.retain(|t| t.name != first);
+    })
+    .unwrap();
+    let g = parse(edited).unwrap();
+    assert_eq!(g.get("test.added"), Some(&Value::U32(7)));
+    assert_eq!(g.metadata.len(), sample_metadata().len() + 1);
+    assert!(g.tensor_info(&first).is_none());
+    assert_eq!(g.tensors.len(), sample_tensors().len() - 1);
+
+    let broken = tandem_gguf::rewrite(&bytes, |_, tensors| tensors[0].data.pop().map(drop).unwrap_or(()));
+    assert!(matches!(broken, Err(GgufError::Write(_))), "{broken:?}");
+    assert!(tandem_gguf::rewrite(&bytes[..bytes.len() / 2], |_, _| {}).is_err());
+}

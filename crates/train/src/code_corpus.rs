@@ -90,7 +90,7 @@ pub fn code_prompts(dir: &std::path::Path, n: usize, seed: u64) -> std::io::Resu
         ));
     }
     let mut files = Vec::new();
-    collect_py(dir, &mut files)?;
+    crate::corpus::collect_py(dir, SKIP_DIRS, &|name| name.starts_with("test_"), &mut files)?;
     files.sort();
     let mut fns = Vec::new();
     for f in &files {
@@ -146,22 +146,8 @@ pub fn code_prompts(dir: &std::path::Path, n: usize, seed: u64) -> std::io::Resu
     Ok(out)
 }
 
-fn collect_py(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        let path = e.path();
-        let name = e.file_name().to_string_lossy().to_string();
-        let ft = e.file_type()?;
-        if ft.is_dir() {
-            if !matches!(name.as_str(), "__pycache__" | "test" | "tests" | "testing" | "_vendor" | "vendored") && !name.starts_with('.') {
-                collect_py(&path, out)?;
-            }
-        } else if ft.is_file() && name.ends_with(".py") && !name.starts_with("test_") {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
+/// Directories not entered when collecting a package tree's sources.
+const SKIP_DIRS: &[&str] = &["__pycache__", "test", "tests", "testing", "_vendor", "vendored"];
 
 fn indent_of(l: &str) -> usize {
     l.len() - l.trim_start_matches(' ').len()

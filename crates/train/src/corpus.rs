@@ -461,7 +461,7 @@ const PROSE_ON_TEXT: &[&str] = &[
 /// so installed packages do not change the prompts.
 pub fn text_prompts(dir: &std::path::Path, n: usize, seed: u64) -> std::io::Result<Vec<String>> {
     let mut files = Vec::new();
-    collect_py(dir, &mut files)?;
+    collect_py(dir, &["site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"], &|_| false, &mut files)?;
     files.sort();
     let (mut code, mut prose) = (Vec::new(), Vec::new());
     for f in &files {
@@ -498,19 +498,25 @@ pub fn text_prompts(dir: &std::path::Path, n: usize, seed: u64) -> std::io::Resu
     Ok(out)
 }
 
-fn collect_py(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+/// Python files under `dir`, recursively, in directory order: hidden
+/// directories and those named in `skip_dirs` are not entered, and files
+/// whose name `skip_file` accepts are left out.
+pub(crate) fn collect_py(
+    dir: &std::path::Path,
+    skip_dirs: &[&str],
+    skip_file: &dyn Fn(&str) -> bool,
+    out: &mut Vec<std::path::PathBuf>,
+) -> std::io::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let path = e.path();
         let name = e.file_name().to_string_lossy().to_string();
         let ft = e.file_type()?;
         if ft.is_dir() {
-            if !matches!(name.as_str(), "site-packages" | "dist-packages" | "__pycache__" | "test" | "tests" | "idle_test")
-                && !name.starts_with('.')
-            {
-                collect_py(&path, out)?;
+            if !skip_dirs.contains(&name.as_str()) && !name.starts_with('.') {
+                collect_py(&path, skip_dirs, skip_file, out)?;
             }
-        } else if ft.is_file() && name.ends_with(".py") {
+        } else if ft.is_file() && name.ends_with(".py") && !skip_file(&name) {
             out.push(path);
         }
     }

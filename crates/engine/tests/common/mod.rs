@@ -52,20 +52,24 @@ pub fn slow_tests() -> bool {
 
 /// Re-write a GGUF image, letting `f` edit the metadata and tensor list.
 pub fn rewrite(bytes: &[u8], f: impl FnOnce(&mut Vec<(String, tandem_gguf::Value)>, &mut Vec<tandem_gguf::TensorData>)) -> Vec<u8> {
-    let g = tandem_gguf::Gguf::from_bytes(bytes.to_vec()).unwrap();
-    let mut meta = g.metadata.clone();
-    let mut tensors: Vec<tandem_gguf::TensorData> = g
-        .tensors
-        .iter()
-        .map(|t| tandem_gguf::TensorData { name: t.name.clone(), dims: t.dims.clone(), ty: t.ty, data: g.tensor_data(t).to_vec() })
-        .collect();
-    f(&mut meta, &mut tensors);
-    let mut w = tandem_gguf::GgufWriter::new();
-    for (k, v) in meta {
-        w.set(k, v);
-    }
-    for t in tensors {
-        w.add_tensor(t).unwrap();
-    }
-    w.to_bytes().unwrap()
+    tandem_gguf::rewrite(bytes, f).unwrap()
+}
+
+/// Every token a fresh session of `ctx` positions emits for `prompt` under
+/// `params`, with the speculator if one is given.
+pub fn generate(
+    engine: &Arc<Engine>,
+    ctx: usize,
+    prompt: &[u32],
+    params: &tandem_engine::GenParams,
+    sp: Option<&mut tandem_engine::Speculator>,
+) -> Vec<u32> {
+    let mut s = tandem_engine::Session::new(engine.clone(), ctx);
+    let mut out = vec![];
+    s.generate_with(prompt, params, sp, None, |t, _| {
+        out.push(t);
+        true
+    })
+    .unwrap();
+    out
 }
