@@ -8,8 +8,8 @@ prompt), then one table per kind and overall and two SVG plots.
         [--mode NAME=FLAGS ...] [--out bench-out/code]
 
 Default modes: lookup (n-grams 1..8), suffix, and for every drafter the
-catalogue names for the model (`tandem models`), the drafter alone and with
-lookup in front. Writes OUT/summary.md, OUT/speedup-by-kind.svg,
+catalogue names for the model (`tandem models`), the drafter alone, with
+lookup in front and with suffix trees in front. Writes OUT/summary.md, OUT/speedup-by-kind.svg,
 OUT/acceptance-by-position.svg and each mode's own files under OUT/NAME/.
 Fails if any speculative output differs from plain decoding.
 """
@@ -139,6 +139,7 @@ def main():
         for d in drafters_of(binary, args.model):
             modes.append((d, ["--drafter", d]))
             modes.append((f"{d}+lookup", ["--drafter", d, "--lookup", "--lookup-ngram-max", "8"]))
+            modes.append((f"{d}+suffix", ["--drafter", d, "--suffix"]))
     results = {name: run_mode(binary, args, name, flags) for name, flags in modes}
 
     kinds = [k for k in KINDS if any(kind_row(r, k) for r in results.values())] + ["overall"]

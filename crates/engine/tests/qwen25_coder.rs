@@ -161,3 +161,83 @@ fn committed_drafters_output_equals_plain_on_code_prompts() {
         }
     }
 }
+
+/// Sampling with every drafter committed for the coder at temperature 0.8
+/// (top-k 4, drafts of up to 2 tokens, fixed length so that every cycle
+/// drafts): the first two emitted tokens follow the target's own joint
+/// distribution. Pearson chi-square over the pairs, those expected fewer than
+/// 5 times pooled into one cell, against the 1e-6 quantile bound.
+#[test]
+#[ignore = "fetches and runs the 491 MB coder model"]
+fn committed_drafters_sample_the_targets_distribution_at_temperature_0_8() {
+    use tandem_engine::Sampler;
+    use tandem_model::{ForwardOutput, LogitRows};
+    // TANDEM_T08_SAMPLES raises the sample count for a closer look
+    let n: usize = std::env::var("TANDEM_T08_SAMPLES").ok().and_then(|v| v.parse().ok()).unwrap_or(1500);
+    let engine = engine();
+    let (m, pool) = (&engine.model, &engine.pool);
+    let prompts = prompts(&engine);
+    let (id, _, prompt) = prompts.iter().find(|(id, _, _)| id.contains("comments")).expect("a comments prompt");
+    let params = SamplerParams { temperature: 0.8, top_k: 4, top_p: 1.0, min_p: 0.0, seed: 0 };
+    let s = Sampler::new(params.clone());
+    let ctx = prompt.len() + 16;
+
+    let mut base = m.new_cache(ctx);
+    let mut out = ForwardOutput::default();
+    m.forward(pool, &mut base, prompt, &LogitRows::Last, &[], &mut out).unwrap();
+    let mut joint = vec![];
+    for (x1, q1) in s.distribution(out.logits_row(0)) {
+        let mut c = base.clone();
+        let mut o = ForwardOutput::default();
+        m.forward(pool, &mut c, &[x1], &LogitRows::Last, &[], &mut o).unwrap();
+        for (x2, q2) in s.distribution(o.logits_row(0)) {
+            joint.push(((x1, x2), q1 as f64 * q2 as f64));
+        }
+    }
+
+    assert!(!QWEN25_CODER_05B.drafters.is_empty());
+    for d in QWEN25_CODER_05B.drafters {
+        let file = tandem_engine::fetch::resolve_drafter(std::path::Path::new(d.name), &engine.path).unwrap();
+        let o = SpecOptions { drafter: Some(file), max_draft: Some(2), fixed_length: true, require: true, ..Default::default() };
+        let mut sp = engine.speculator(&o, ctx).unwrap().unwrap();
+        let mut cache0 = m.new_cache(ctx);
+        m.forward(pool, &mut cache0, prompt, &LogitRows::Last, sp.taps(), &mut out).unwrap();
+        let (hidden0, logits0) = (out.hidden.clone(), out.logits_row(0).to_vec());
+        let mut counts = std::collections::HashMap::new();
+        for i in 0..n {
+            let (mut cache, mut hist, mut logits) = (cache0.clone(), prompt.clone(), logits0.clone());
+            let mut sampler = Sampler::new(SamplerParams { seed: i as u64 * 7919 + 1, ..params.clone() });
+            sp.begin(&hist).unwrap();
+            sp.observe(0, prompt.len(), &hidden0);
+            let mut em = vec![];
+            while em.len() < 2 {
+                em.extend(sp.cycle(m, pool, &mut cache, &mut hist, &mut logits, &mut sampler, 3, &|_| false).unwrap().emitted);
+            }
+            *counts.entry((em[0], em[1])).or_insert(0u64) += 1;
+        }
+        let seen: u64 = joint.iter().map(|(k, _)| counts.get(k).copied().unwrap_or(0)).sum();
+        assert_eq!(seen as usize, n, "--drafter {}: a pair outside the target's support was emitted", d.name);
+        let (mut chi, mut cells, mut rare) = (0.0, 0usize, (0.0, 0.0));
+        for &(k, p) in &joint {
+            let (e, c) = (p * n as f64, counts.get(&k).copied().unwrap_or(0) as f64);
+            if e > 0.05 || c > 0.0 {
+                println!("  {k:?}: expected {e:.1}, seen {c}");
+            }
+            if e < 5.0 {
+                rare = (rare.0 + e, rare.1 + c);
+            } else {
+                chi += (c - e).powi(2) / e;
+                cells += 1;
+            }
+        }
+        if rare.0 > 0.0 {
+            chi += (rare.1 - rare.0).powi(2) / rare.0;
+            cells += 1;
+        }
+        let k = (cells.max(2) - 1) as f64;
+        let bound = k * (1.0 - 2.0 / (9.0 * k) + 4.753_424 * (2.0 / (9.0 * k)).sqrt()).powi(3);
+        println!("--drafter {} on {id}: chi2 {chi:.2} with {k} dof (bound {bound:.2}); {}", d.name, sp.stats.report());
+        assert!(sp.stats.accepted > 0, "--drafter {}: no draft accepted", d.name);
+        assert!(chi < bound, "--drafter {}: chi2 {chi} ≥ {bound}", d.name);
+    }
+}

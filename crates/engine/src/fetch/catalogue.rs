@@ -96,11 +96,18 @@ pub const QWEN25_CODER_05B: ModelSpec = ModelSpec {
     ],
     size: 491_400_064,
     sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    drafters: &[DrafterSpec {
-        name: "dspark",
-        file_name: "qwen2.5-coder-0.5b-instruct-dspark.gguf",
-        description: "DSpark block drafter for code (block 4, copy hints)",
-    }],
+    drafters: &[
+        DrafterSpec {
+            name: "dspark",
+            file_name: "qwen2.5-coder-0.5b-instruct-dspark.gguf",
+            description: "DSpark block drafter for code (block 4, copy hints)",
+        },
+        DrafterSpec {
+            name: "mtp",
+            file_name: "qwen2.5-coder-0.5b-instruct-mtp.gguf",
+            description: "MTP head for code (one block, fused layers, copy hints)",
+        },
+    ],
 };
 
 /// Gemma 3 270M (base model), GGUF Q4_K_M mix, in four wheels.

@@ -851,6 +851,20 @@ mod tests {
         assert!(e.contains("other.gguf") && e.contains("it has none"), "{e}");
     }
 
+    /// Every drafter the catalogue names is a file committed under
+    /// models/support/, so `--drafter NAME` never fetches anything.
+    #[test]
+    fn fetch_catalogue_drafters_are_committed() {
+        let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/support");
+        for m in CATALOGUE {
+            for d in m.drafters {
+                let f = support.join(d.file_name);
+                let len = std::fs::metadata(&f).map(|x| x.len()).unwrap_or(0);
+                assert!(len > 0 && len <= 40_000_000, "{} --drafter {}: {} missing or over 40 MB", m.name, d.name, f.display());
+            }
+        }
+    }
+
     #[test]
     fn fetch_models_dir_is_absolute_or_relative_models() {
         // Whatever the environment, the result ends in a directory (never empty).
