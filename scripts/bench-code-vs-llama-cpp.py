@@ -19,7 +19,8 @@ tokenizer read (chat template applied by tandem, special tokens parsed).
 Reports per kind and overall: tok/s of every mode of both engines (total
 generated tokens over total decode time), tandem's best ÷ llama.cpp's best,
 and whether each llama.cpp speculative output equals llama.cpp's plain output
-(and how many of llama.cpp's plain outputs equal tandem's). Writes
+(and how many of llama.cpp's plain outputs equal tandem's; llama.cpp's
+kernels are not batch-invariant, so a difference is reported, not fatal). Writes
 OUT/summary.md, OUT/summary.json and OUT/tok-s-by-kind.svg; every llama.cpp
 run's output is kept under OUT/llama/.
 """
@@ -155,6 +156,7 @@ def main():
     info = {}
     exact = {n: [0, 0] for n, _ in lmodes if n != "plain"}
     vs_tandem = [0, 0]
+    parted = []
     log = []
     for rnd in range(1, args.rounds + 1):
         reports = {}
@@ -195,7 +197,11 @@ def main():
                 print(log[-1], file=sys.stderr, flush=True)
             for mname in exact:
                 exact[mname][1] += 1
-                exact[mname][0] += same_prefix(texts[mname], texts["plain"])
+                same = same_prefix(texts[mname], texts["plain"])
+                exact[mname][0] += same
+                if not same:
+                    k = next(j for j, (x, y) in enumerate(zip(texts[mname], texts["plain"])) if x != y)
+                    parted.append(f"{pid} {mname}: parts from plain at character {k} of {len(texts['plain'])}")
             vs_tandem[1] += 1
             vs_tandem[0] += same_prefix(texts["plain"], r["plain_text"])
     open(os.path.join(args.out, "llama.log"), "w").write("\n".join(log) + "\n")
@@ -238,18 +244,22 @@ def main():
               "llama.cpp's modes ran prompt by prompt in rotating order.", ""] + acc_lines + [
               f"- llama.cpp's plain output equals tandem's plain output on {vs_tandem[0]}/{vs_tandem[1]} prompts "
               "(two engines' arithmetic differ; they part at near ties)."]
+    if parted:
+        lines += ["", "Where llama.cpp's speculative output parts from its plain output:", ""] + [f"- {x}" for x in parted]
     summary = "\n".join(lines) + "\n"
     open(os.path.join(args.out, "summary.md"), "w").write(summary)
-    json.dump({"table": table, "ratios": ratios, "exact": exact, "plain_vs_tandem": vs_tandem}, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
+    json.dump({"table": table, "ratios": ratios, "exact": exact, "plain_vs_tandem": vs_tandem, "parted": parted}, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
     print(summary)
     names = [f"{e} {m}" for e, m in columns]
     vals = [[table[k][n] for k in kinds] for n in names]
     ymax = max(v for s in vals for v in s if v) * 1.15
     open(os.path.join(args.out, "tok-s-by-kind.svg"), "w").write(
         bench_code.bars_svg(f"{args.model}: tok/s by kind, tandem and llama.cpp", kinds, names, vals, ymax, lambda v: f"{v:.0f}"))
-    bad = [m for m, (a, n) in exact.items() if a != n]
-    if bad:
-        sys.exit(f"llama.cpp's speculative output differs from its plain output: {', '.join(bad)}")
+    # llama.cpp's verify batches are not batch-invariant, so its speculative
+    # output may part from its own plain output at a near tie: reported, not fatal
+    for m, (a, n) in exact.items():
+        if a != n:
+            print(f"note: llama.cpp {m} differs from llama.cpp plain on {n - a} of {n} prompts", file=sys.stderr)
 
 
 if __name__ == "__main__":
