@@ -157,6 +157,7 @@ def main():
     exact = {n: [0, 0] for n, _ in lmodes if n != "plain"}
     vs_tandem = [0, 0]
     parted = []
+    tandem_same = [0, 0]
     log = []
     for rnd in range(1, args.rounds + 1):
         reports = {}
@@ -168,6 +169,8 @@ def main():
         first = next(iter(reports.values()))
         for name, rep in reports.items():
             for r in rep["rows"]:
+                tandem_same[0] += bool(r["identical"])
+                tandem_same[1] += 1
                 info[r["id"]] = (r["category"], r["prompt_text"], r["plain_text"], r["prompt_tokens"])
                 runs.setdefault(("tandem", name), {}).setdefault(r["id"], []).append((r["spec_gen_tokens"], r["spec_secs"]))
                 runs.setdefault(("tandem", "plain"), {}).setdefault(r["id"], []).append((r["gen_tokens"], r["plain_secs"]))
@@ -242,6 +245,7 @@ def main():
     lines += ["", "tok/s: generated tokens over decode time, summed over the kind's prompts (prompt evaluation excluded).",
               "tandem's modes each ran with their own plain decode (`tandem plain` is the sum of those runs);",
               "llama.cpp's modes ran prompt by prompt in rotating order.", ""] + acc_lines + [
+              f"- tandem's speculative output equals its plain output on {tandem_same[0]}/{tandem_same[1]} generations.",
               f"- llama.cpp's plain output equals tandem's plain output on {vs_tandem[0]}/{vs_tandem[1]} prompts "
               "(two engines' arithmetic differ; they part at near ties)."]
     if parted:
@@ -255,6 +259,8 @@ def main():
     ymax = max(v for s in vals for v in s if v) * 1.15
     open(os.path.join(args.out, "tok-s-by-kind.svg"), "w").write(
         bench_code.bars_svg(f"{args.model}: tok/s by kind, tandem and llama.cpp", kinds, names, vals, ymax, lambda v: f"{v:.0f}"))
+    if tandem_same[0] != tandem_same[1]:
+        sys.exit(f"EXACTNESS: {tandem_same[1] - tandem_same[0]} of tandem's speculative generations differ from its plain decoding")
     # llama.cpp's verify batches are not batch-invariant, so its speculative
     # output may part from its own plain output at a near tie: reported, not fatal
     for m, (a, n) in exact.items():
