@@ -308,6 +308,12 @@ pub struct ModelArgs {
     /// Worker threads (default: physical cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// How the K/V cache keeps its rows: f32, or f16 (half the memory and
+    /// half the bytes attention reads per position, like llama.cpp's default
+    /// cache; numbers differ from f32's in their last bits, and outputs stay
+    /// independent of the batch).
+    #[arg(long = "kv-type", value_name = "f32|f16", default_value = "f32")]
+    pub kv_type: tandem_model::KvType,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -174,6 +174,7 @@ pub fn load_engine(m: &ModelArgs) -> Result<Arc<Engine>> {
     let t0 = std::time::Instant::now();
     let threads = m.threads.unwrap_or_else(tandem_kernels::pool::physical_cores);
     let engine = Engine::load(&path, threads).with_context(|| format!("loading {}", path.display()))?;
+    engine.model.set_kv_type(m.kv_type);
     let cfg = &engine.model.cfg;
     if tandem_engine::distributed::is_follower() {
         return Ok(Arc::new(engine));

@@ -215,7 +215,7 @@ fn default_target_layers(n_layer: usize) -> Vec<usize> {
 }
 
 fn dspark(a: &TrainDsparkArgs) -> Result<()> {
-    let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
+    let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads, kv_type: Default::default() })?;
     // the data of `train mtp` with its default generation settings
     let data_path = a.data.clone().unwrap_or_else(|| default_data_path(448, 0, false, 0, 0, 160, 0.25, a.seed));
     let mut data = load_or_generate(
@@ -266,7 +266,7 @@ fn dspark(a: &TrainDsparkArgs) -> Result<()> {
 }
 
 fn mtp(a: &TrainMtpArgs) -> Result<()> {
-    let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads })?;
+    let engine = crate::load_engine(&ModelArgs { model: a.target.clone(), threads: a.threads, kv_type: Default::default() })?;
     let data_path = a.data.clone().unwrap_or_else(|| {
         default_data_path(a.prompts, a.target_prompts, a.prompt_openers, a.text_prompts, a.code_prompts, a.max_new, a.sampled_share, a.seed)
     });

@@ -96,7 +96,12 @@ fn batched(
 }
 
 fn check(spec: &SpecOptions, name: &str, slots: usize, chunk: usize) {
+    check_with(spec, name, slots, chunk, tandem_model::KvType::F32)
+}
+
+fn check_with(spec: &SpecOptions, name: &str, slots: usize, chunk: usize, kv: tandem_model::KvType) {
     let engine = common::engine(2);
+    engine.model.set_kv_type(kv);
     let n = if common::slow_tests() { 12 } else { 6 };
     let ps = prompts(&engine, n);
     let reqs: Vec<(Vec<u32>, GenParams)> = ps
@@ -119,6 +124,17 @@ fn check(spec: &SpecOptions, name: &str, slots: usize, chunk: usize) {
 #[test]
 fn batched_plain_outputs_equal_alone() {
     check(&SpecOptions::default(), "plain", 4, 8);
+}
+
+/// With the cache in f16 rows, batched outputs (plain and speculative)
+/// still equal each request alone.
+#[test]
+fn batched_outputs_equal_alone_with_an_f16_cache() {
+    use tandem_model::KvType::F16;
+    check_with(&SpecOptions::default(), "plain f16", 4, 8, F16);
+    check_with(&SpecOptions { lookup: Some((1, 4)), ..Default::default() }, "lookup f16", 3, 16, F16);
+    let dspark = SpecOptions { mtp: Some(common::dspark_path()), dspark: true, require: true, ..Default::default() };
+    check_with(&dspark, "dspark f16", 2, 32, F16);
 }
 
 #[test]

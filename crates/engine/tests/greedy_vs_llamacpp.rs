@@ -30,11 +30,23 @@ const REGRESSION_GAP: f64 = 0.45;
 
 #[test]
 fn greedy_matches_llamacpp() {
+    greedy_matches_llamacpp_with(tandem_model::KvType::F32);
+}
+
+/// The same guard with the K/V cache in f16 rows (llama.cpp's own default
+/// cache type, which made these vectors).
+#[test]
+fn greedy_matches_llamacpp_with_an_f16_cache() {
+    greedy_matches_llamacpp_with(tandem_model::KvType::F16);
+}
+
+fn greedy_matches_llamacpp_with(kv: tandem_model::KvType) {
     let vectors = common::read_jsonl(&common::data_dir().join("greedy_smollm2.jsonl"));
     assert_eq!(vectors.len(), 24);
     let strict = std::env::var("TANDEM_LLAMACPP_PARITY").map(|v| v == "1").unwrap_or(false);
     let (tol, near) = if strict { (LOGPROB_TOL, NEAR_TIE) } else { (REGRESSION_TOL, REGRESSION_GAP) };
     let engine = common::engine(2);
+    engine.model.set_kv_type(kv);
     let mut strict_misses = 0;
     let mut failures = Vec::new();
     let mut worst_overall = 0f64;
@@ -88,7 +100,7 @@ fn greedy_matches_llamacpp() {
             None => println!("{id}: identical for {STEPS} steps; max |Δ log-prob|: {worst:.4}"),
         }
     }
-    println!("worst |Δ log-prob| over all prompts before parting: {worst_overall:.4}");
+    println!("{} cache: worst |Δ log-prob| over all prompts before parting: {worst_overall:.4}", kv.name());
     println!("steps outside the strict criterion (|Δ| > {LOGPROB_TOL} or parting at gap ≥ {NEAR_TIE}): {strict_misses}");
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }

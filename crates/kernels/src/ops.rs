@@ -155,6 +155,94 @@ pub fn axpy_rows_scalar(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, o
     }
 }
 
+/// f32 → f16 bits with round-to-nearest-even (how K/V rows are kept in a
+/// cache of f16 rows).
+pub fn f32_to_f16(src: &[f32], dst: &mut [u16]) {
+    assert_eq!(src.len(), dst.len());
+    match simd_level() {
+        // SAFETY: AVX2/FMA/F16C checked by simd_level; equal lengths asserted.
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::f32_to_f16(src, dst) },
+        _ => f32_to_f16_scalar(src, dst),
+    }
+}
+
+/// Scalar twin of [`f32_to_f16`].
+pub fn f32_to_f16_scalar(src: &[f32], dst: &mut [u16]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_f32(*s).to_bits();
+    }
+}
+
+/// [`dot_rows`] over rows kept as f16: each value is widened to f32
+/// (exactly) and then goes through [`dot_f32`]'s lanes and sums, so the
+/// result is [`dot_rows`] on the widened rows, bit for bit.
+pub fn dot_rows_f16(q: &[f32], rows: &[u16], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+    let k = q.len();
+    if let Some(last) = out.len().checked_sub(1) {
+        assert!(last * stride + offset + k <= rows.len(), "dot_rows_f16: rows too short");
+    }
+    match simd_level() {
+        // SAFETY: AVX2/FMA/F16C checked by simd_level; a 64-wide query; every row is in bounds (asserted above).
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 if k == 64 => unsafe { crate::simd::avx2::dot_rows_f16_64(q, rows, stride, offset, scale, out) },
+        SimdLevel::Avx2 => {
+            let mut row = vec![0f32; k];
+            for (j, o) in out.iter_mut().enumerate() {
+                widen(&rows[j * stride + offset..][..k], &mut row);
+                *o = dot_f32(q, &row) * scale;
+            }
+        }
+        _ => dot_rows_f16_scalar(q, rows, stride, offset, scale, out),
+    }
+}
+
+/// Scalar twin of [`dot_rows_f16`].
+pub fn dot_rows_f16_scalar(q: &[f32], rows: &[u16], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+    let mut row = vec![0f32; q.len()];
+    for (j, o) in out.iter_mut().enumerate() {
+        widen(&rows[j * stride + offset..][..q.len()], &mut row);
+        *o = dot_f32_scalar(q, &row) * scale;
+    }
+}
+
+/// [`axpy_rows`] over rows kept as f16 (each widened exactly first).
+pub fn axpy_rows_f16(y: &mut [f32], p: &[f32], rows: &[u16], stride: usize, offset: usize) {
+    let n = y.len();
+    if let Some(last) = p.len().checked_sub(1) {
+        assert!(last * stride + offset + n <= rows.len(), "axpy_rows_f16: rows too short");
+    }
+    match simd_level() {
+        // SAFETY: AVX2/FMA/F16C checked by simd_level; a 64-wide `y`; every row is in bounds (asserted above).
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 if n == 64 => unsafe { crate::simd::avx2::axpy_rows_f16_64(y, p, rows, stride, offset) },
+        SimdLevel::Avx2 => {
+            let mut row = vec![0f32; n];
+            for (j, &pj) in p.iter().enumerate() {
+                widen(&rows[j * stride + offset..][..n], &mut row);
+                axpy(y, pj, &row);
+            }
+        }
+        _ => axpy_rows_f16_scalar(y, p, rows, stride, offset),
+    }
+}
+
+/// Scalar twin of [`axpy_rows_f16`].
+pub fn axpy_rows_f16_scalar(y: &mut [f32], p: &[f32], rows: &[u16], stride: usize, offset: usize) {
+    let mut row = vec![0f32; y.len()];
+    for (j, &pj) in p.iter().enumerate() {
+        widen(&rows[j * stride + offset..][..y.len()], &mut row);
+        axpy_scalar(y, pj, &row);
+    }
+}
+
+/// f16 bits → f32, exactly.
+fn widen(src: &[u16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = crate::quant::formats::f16_to_f32(*s);
+    }
+}
+
 /// x[i] = exp(x[i] - sub)
 #[inline]
 pub fn exp_sub_inplace(x: &mut [f32], sub: f32) {
@@ -338,6 +426,49 @@ mod tests {
             let mut got = y0.clone();
             axpy_rows_scalar(&mut got, &p, &rows, stride, offset);
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows_scalar hd {hd}");
+        }
+    }
+
+    /// Rows kept as f16 give the bits of the f32 ops on the widened rows,
+    /// on the SIMD path and the scalar twins; rounding to f16 matches the
+    /// `half` crate's round-to-nearest-even for every finite f32 tested.
+    #[test]
+    fn f16_row_ops_equal_f32_ops_on_widened_rows() {
+        let mut specials =
+            vec![0.0f32, -0.0, 1.0, 65504.0, 65520.0, 1e9, -1e9, 6.1e-5, 5.96e-8, 2.98e-8, 1e-10, f32::INFINITY, f32::NEG_INFINITY];
+        specials.extend(data(1000, 70000.0));
+        specials.extend(data(1000, 1e-4));
+        for n in [specials.len(), 7, 9] {
+            let src = &specials[..n];
+            let mut a = vec![0u16; n];
+            let mut b = vec![0u16; n];
+            f32_to_f16(src, &mut a);
+            f32_to_f16_scalar(src, &mut b);
+            assert_eq!(a, b, "f32_to_f16 n {n}");
+        }
+        for (hd, n) in [8, 40, 64, 256].into_iter().flat_map(|hd| [1, 3, 4, 5, 8, 37].map(|n| (hd, n))) {
+            let (stride, offset) = (3 * hd + 8, hd + 8);
+            let wide = data((n - 1) * stride + offset + hd, 2.0);
+            let mut rows = vec![0u16; wide.len()];
+            f32_to_f16(&wide, &mut rows);
+            let widened: Vec<f32> = rows.iter().map(|&h| crate::quant::formats::f16_to_f32(h)).collect();
+            let q = data(hd + 3, 1.5)[3..].to_vec();
+            let p = data(n + 5, 1.0)[5..].to_vec();
+            let mut want = vec![0f32; n];
+            dot_rows_scalar(&q, &widened, stride, offset, 0.125, &mut want);
+            for f in [dot_rows_f16, dot_rows_f16_scalar] {
+                let mut got = vec![0f32; n];
+                f(&q, &rows, stride, offset, 0.125, &mut got);
+                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dot_rows_f16 hd {hd} n {n}");
+            }
+            let y0 = data(hd + 9, 0.5)[9..].to_vec();
+            let mut want = y0.clone();
+            axpy_rows_scalar(&mut want, &p, &widened, stride, offset);
+            for f in [axpy_rows_f16, axpy_rows_f16_scalar] {
+                let mut got = y0.clone();
+                f(&mut got, &p, &rows, stride, offset);
+                assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows_f16 hd {hd} n {n}");
+            }
         }
     }
 }

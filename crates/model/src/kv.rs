@@ -1,5 +1,5 @@
-/// Per-layer key/value rows for positions `0..len`, f32, each row laid out
-/// `[kv_head][head_dim]`.
+/// Per-layer key/value rows for positions `0..len`, f32 or f16
+/// ([`KvType`]), each row laid out `[kv_head][head_dim]`.
 ///
 /// A global layer holds every position: one allocation of the whole context,
 /// reserved at first use, so the OS commits its pages as positions are
@@ -33,8 +33,9 @@ pub struct KvCache {
     /// stay committed after a rollback, so this, not `len`, is what they
     /// occupy in memory.
     peak: usize,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    ty: KvType,
+    k: Vec<Buf>,
+    v: Vec<Buf>,
     /// Per layer: its sliding window, if it has one.
     windows: Vec<Option<usize>>,
     /// Per layer: ring capacity in positions (0 for a global layer, and for
@@ -49,6 +50,179 @@ pub struct KvCache {
 /// verify pass of up to 64 rows (rings are also multiples of this, so a
 /// block of 64 positions aligned to 64 never wraps).
 pub const RING_EXTRA: usize = 64;
+
+/// How a cache keeps its K/V rows.
+///
+/// f16 halves what attention reads per cached position (llama.cpp keeps
+/// its cache in f16 by default). Rows are rounded to nearest even once,
+/// as they are written, so every later read of a row sees the same value:
+/// a cache type changes a model's numbers, never whether a row depends on
+/// the batch it was computed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    #[default]
+    F32,
+    F16,
+}
+
+impl KvType {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            _ => Err(format!("unknown K/V cache type {s:?} (known: f32, f16)")),
+        }
+    }
+}
+
+/// One layer's K or V values.
+#[derive(Debug, Clone)]
+enum Buf {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+impl Buf {
+    fn new(ty: KvType) -> Self {
+        match ty {
+            KvType::F32 => Buf::F32(Vec::new()),
+            KvType::F16 => Buf::F16(Vec::new()),
+        }
+    }
+    fn zeros(ty: KvType, n: usize) -> Self {
+        match ty {
+            KvType::F32 => Buf::F32(vec![0.0; n]),
+            KvType::F16 => Buf::F16(vec![0; n]),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Buf::F32(b) => b.len(),
+            Buf::F16(b) => b.len(),
+        }
+    }
+    fn capacity(&self) -> usize {
+        match self {
+            Buf::F32(b) => b.capacity(),
+            Buf::F16(b) => b.capacity(),
+        }
+    }
+    fn reserve_exact(&mut self, n: usize) {
+        match self {
+            Buf::F32(b) => b.reserve_exact(n),
+            Buf::F16(b) => b.reserve_exact(n),
+        }
+    }
+    fn truncate(&mut self, n: usize) {
+        match self {
+            Buf::F32(b) => b.truncate(n),
+            Buf::F16(b) => b.truncate(n),
+        }
+    }
+    /// Append f32 values, rounded to this buffer's type.
+    fn extend_f32(&mut self, src: &[f32]) {
+        match self {
+            Buf::F32(b) => b.extend_from_slice(src),
+            Buf::F16(b) => {
+                let at = b.len();
+                b.resize(at + src.len(), 0);
+                tandem_kernels::ops::f32_to_f16(src, &mut b[at..]);
+            }
+        }
+    }
+    /// Overwrite values `at..at + src.len()` with f32 values, rounded.
+    fn write_f32(&mut self, at: usize, src: &[f32]) {
+        match self {
+            Buf::F32(b) => b[at..at + src.len()].copy_from_slice(src),
+            Buf::F16(b) => tandem_kernels::ops::f32_to_f16(src, &mut b[at..at + src.len()]),
+        }
+    }
+    /// Values `range` of `src` (a buffer of the same type), as a new buffer.
+    fn slice(&self, range: std::ops::Range<usize>) -> Buf {
+        match self {
+            Buf::F32(b) => Buf::F32(b[range].to_vec()),
+            Buf::F16(b) => Buf::F16(b[range].to_vec()),
+        }
+    }
+    /// Replace the contents with the first `n` values of `src` (same type),
+    /// keeping at least `reserve` values of capacity.
+    fn assign_prefix(&mut self, src: &Buf, n: usize, reserve: usize) {
+        match (self, src) {
+            (Buf::F32(d), Buf::F32(s)) => assign(d, &s[..n], reserve),
+            (Buf::F16(d), Buf::F16(s)) => assign(d, &s[..n], reserve),
+            _ => unreachable!("caches of one shape hold one K/V type"),
+        }
+    }
+    /// Copy `n` values from `src` at `from` to this buffer at `to` (same type).
+    fn copy_from(&mut self, to: usize, src: &Buf, from: usize, n: usize) {
+        match (self, src) {
+            (Buf::F32(d), Buf::F32(s)) => d[to..to + n].copy_from_slice(&s[from..from + n]),
+            (Buf::F16(d), Buf::F16(s)) => d[to..to + n].copy_from_slice(&s[from..from + n]),
+            _ => unreachable!("one cache holds one K/V type"),
+        }
+    }
+    fn view(&self) -> Rows<'_> {
+        match self {
+            Buf::F32(b) => Rows::F32(b),
+            Buf::F16(b) => Rows::F16(b),
+        }
+    }
+}
+
+fn assign<T: Copy>(d: &mut Vec<T>, s: &[T], reserve: usize) {
+    d.clear();
+    if d.capacity() < reserve {
+        d.reserve_exact(reserve);
+    }
+    d.extend_from_slice(s);
+}
+
+/// One layer's cached K or V values as attention reads them.
+#[derive(Clone, Copy)]
+pub(crate) enum Rows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+}
+
+impl Rows<'_> {
+    /// [`ops::dot_rows`](tandem_kernels::ops::dot_rows) over the rows from
+    /// value `at` on.
+    #[inline]
+    pub(crate) fn dot_rows(&self, q: &[f32], at: usize, stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+        match self {
+            Rows::F32(r) => tandem_kernels::ops::dot_rows(q, &r[at..], stride, offset, scale, out),
+            Rows::F16(r) => tandem_kernels::ops::dot_rows_f16(q, &r[at..], stride, offset, scale, out),
+        }
+    }
+
+    /// [`ops::axpy_rows`](tandem_kernels::ops::axpy_rows) over the rows from
+    /// value `at` on.
+    #[inline]
+    pub(crate) fn axpy_rows(&self, y: &mut [f32], p: &[f32], at: usize, stride: usize, offset: usize) {
+        match self {
+            Rows::F32(r) => tandem_kernels::ops::axpy_rows(y, p, &r[at..], stride, offset),
+            Rows::F16(r) => tandem_kernels::ops::axpy_rows_f16(y, p, &r[at..], stride, offset),
+        }
+    }
+}
 
 /// A saved cache state.
 #[derive(Debug, Clone)]
@@ -66,8 +240,8 @@ impl KvSnapshot {
 /// One layer's cached rows as attention reads them.
 #[derive(Clone, Copy)]
 pub(crate) struct LayerRows<'a> {
-    pub(crate) k: &'a [f32],
-    pub(crate) v: &'a [f32],
+    pub(crate) k: Rows<'a>,
+    pub(crate) v: Rows<'a>,
     kv_dim: usize,
     /// Ring capacity (0: positions are rows).
     cap: usize,
@@ -114,6 +288,7 @@ impl Clone for KvCache {
             ctx: self.ctx,
             len: self.len,
             peak: self.len,
+            ty: self.ty,
             k: self.k.clone(),
             v: self.v.clone(),
             windows: self.windows.clone(),
@@ -133,14 +308,14 @@ fn round_up(n: usize, to: usize) -> usize {
 }
 
 impl KvCache {
-    /// A cache whose layers all hold every position.
+    /// A cache of f32 rows whose layers all hold every position.
     pub fn new(n_layer: usize, kv_dim: usize, ctx: usize) -> Self {
-        Self::with_windows(kv_dim, ctx, &vec![None; n_layer])
+        Self::with_windows(kv_dim, ctx, &vec![None; n_layer], KvType::F32)
     }
 
     /// A cache with one entry of `windows` per layer: `Some(w)` for a layer
     /// that attends over a sliding window of `w` positions.
-    pub fn with_windows(kv_dim: usize, ctx: usize, windows: &[Option<usize>]) -> Self {
+    pub fn with_windows(kv_dim: usize, ctx: usize, windows: &[Option<usize>], ty: KvType) -> Self {
         let n_layer = windows.len();
         let windows = windows.iter().map(|w| w.filter(|&w| w > 0)).collect();
         KvCache {
@@ -150,8 +325,9 @@ impl KvCache {
             ctx,
             len: 0,
             peak: 0,
-            k: vec![Vec::new(); n_layer],
-            v: vec![Vec::new(); n_layer],
+            ty,
+            k: vec![Buf::new(ty); n_layer],
+            v: vec![Buf::new(ty); n_layer],
             windows,
             cap: vec![0; n_layer],
             held_from: vec![0; n_layer],
@@ -180,6 +356,10 @@ impl KvCache {
     pub fn n_layer(&self) -> usize {
         self.n_layer
     }
+    /// How the rows are kept.
+    pub fn kv_type(&self) -> KvType {
+        self.ty
+    }
     /// Per layer: its sliding window, if it has one.
     pub fn windows(&self) -> &[Option<usize>] {
         &self.windows
@@ -196,7 +376,7 @@ impl KvCache {
 
     /// Bytes of K/V data currently in use.
     pub fn bytes_used(&self) -> usize {
-        (0..self.n_layer).map(|l| 2 * self.rows_held(l) * self.kv_dim * 4).sum()
+        (0..self.n_layer).map(|l| 2 * self.rows_held(l) * self.kv_dim * self.ty.bytes()).sum()
     }
 
     /// Bytes of memory K/V rows occupy (rings in full; a global layer's
@@ -205,8 +385,8 @@ impl KvCache {
     pub fn bytes_reserved(&self) -> usize {
         (0..self.n_layer)
             .map(|l| match self.windows[l] {
-                None => 2 * self.peak * self.kv_dim * 4,
-                Some(_) => 2 * self.cap[l] * self.kv_dim * 4,
+                None => 2 * self.peak * self.kv_dim * self.ty.bytes(),
+                Some(_) => 2 * self.cap[l] * self.kv_dim * self.ty.bytes(),
             })
             .sum()
     }
@@ -258,7 +438,7 @@ impl KvCache {
     /// Whether `s` was taken from a cache of this shape and fits its context.
     pub fn fits(&self, s: &KvSnapshot) -> bool {
         let s = &s.0;
-        s.len <= self.ctx && s.n_layer == self.n_layer && s.kv_dim == self.kv_dim && s.windows == self.windows
+        s.len <= self.ctx && s.n_layer == self.n_layer && s.kv_dim == self.kv_dim && s.windows == self.windows && s.ty == self.ty
     }
 
     pub fn restore(&mut self, s: &KvSnapshot) {
@@ -274,18 +454,15 @@ impl KvCache {
     pub fn copy_prefix_from(&mut self, src: &KvCache, n: usize) {
         let n = src.keepable(n.min(self.ctx));
         assert!(
-            src.n_layer == self.n_layer && src.kv_dim == self.kv_dim && src.windows == self.windows,
+            src.n_layer == self.n_layer && src.kv_dim == self.kv_dim && src.windows == self.windows && src.ty == self.ty,
             "copy_prefix_from: a cache of another shape"
         );
         for l in 0..self.n_layer {
             let ring = self.windows[l].is_some();
             let rows = if ring { src.cap[l] } else { n };
+            let reserve = if ring { 0 } else { self.ctx * self.kv_dim };
             for (dst, from) in [(&mut self.k[l], &src.k[l]), (&mut self.v[l], &src.v[l])] {
-                dst.clear();
-                if !ring && dst.capacity() < self.ctx * self.kv_dim {
-                    dst.reserve_exact(self.ctx * self.kv_dim);
-                }
-                dst.extend_from_slice(&from[..rows * self.kv_dim]);
+                dst.assign_prefix(from, rows * self.kv_dim, reserve);
             }
             self.cap[l] = if ring { src.cap[l] } else { 0 };
             self.held_from[l] = if n == 0 { 0 } else { src.held_from[l] };
@@ -300,9 +477,9 @@ impl KvCache {
     /// [`copy_prefix_from`](Self::copy_prefix_from).
     pub fn prefix(&self, n: usize) -> KvCache {
         let n = self.keepable(n);
-        let rows = |l: usize, v: &[f32]| match self.windows[l] {
-            None => v[..n * self.kv_dim].to_vec(),
-            Some(_) => v.to_vec(),
+        let rows = |l: usize, v: &Buf| match self.windows[l] {
+            None => v.slice(0..n * self.kv_dim),
+            Some(_) => v.clone(),
         };
         KvCache {
             id: next_id(),
@@ -311,6 +488,7 @@ impl KvCache {
             ctx: self.ctx,
             len: n,
             peak: n,
+            ty: self.ty,
             k: self.k.iter().enumerate().map(|(l, v)| rows(l, v)).collect(),
             v: self.v.iter().enumerate().map(|(l, v)| rows(l, v)).collect(),
             windows: self.windows.clone(),
@@ -336,10 +514,9 @@ impl KvCache {
         let kvd = self.kv_dim;
         let first = self.held_from[l].max(self.len.saturating_sub(old));
         for buf in [&mut self.k[l], &mut self.v[l]] {
-            let mut grown = vec![0f32; need * kvd];
+            let mut grown = Buf::zeros(self.ty, need * kvd);
             for p in first..self.len {
-                let (s, d) = ((p % old) * kvd, (p % need) * kvd);
-                grown[d..d + kvd].copy_from_slice(&buf[s..s + kvd]);
+                grown.copy_from((p % need) * kvd, buf, (p % old) * kvd, kvd);
             }
             *buf = grown;
         }
@@ -356,8 +533,7 @@ impl KvCache {
             let cap = self.cap[layer];
             for (buf, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
                 for (i, row) in src.chunks_exact(kvd).enumerate() {
-                    let s = ((self.len + i) % cap) * kvd;
-                    buf[s..s + kvd].copy_from_slice(row);
+                    buf.write_f32(((self.len + i) % cap) * kvd, row);
                 }
             }
             self.held_from[layer] = self.held_from[layer].max((self.len + m).saturating_sub(cap));
@@ -370,7 +546,7 @@ impl KvCache {
                 // holds just its rows)
                 buf.reserve_exact((self.ctx * kvd).max(need) - buf.len());
             }
-            buf.extend_from_slice(src);
+            buf.extend_f32(src);
         }
     }
 
@@ -379,15 +555,25 @@ impl KvCache {
         self.peak = self.peak.max(self.len);
     }
 
-    /// Layer `layer`'s K and V rows of positions `0..len` (a cache whose
-    /// layers all hold every position).
+    /// Layer `layer`'s K and V rows of positions `0..len` (a cache of f32
+    /// rows, made by [`new`](Self::new), whose layers all hold every
+    /// position).
     pub(crate) fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
         debug_assert!(self.windows[layer].is_none(), "layer(): a sliding-window layer");
-        (&self.k[layer], &self.v[layer])
+        match (&self.k[layer], &self.v[layer]) {
+            (Buf::F32(k), Buf::F32(v)) => (k, v),
+            _ => unreachable!("layer(): a cache of f16 rows"),
+        }
     }
 
     /// Layer `layer`'s rows as attention reads them.
     pub(crate) fn rows(&self, layer: usize) -> LayerRows<'_> {
-        LayerRows { k: &self.k[layer], v: &self.v[layer], kv_dim: self.kv_dim, cap: self.cap[layer], window: self.windows[layer] }
+        LayerRows {
+            k: self.k[layer].view(),
+            v: self.v[layer].view(),
+            kv_dim: self.kv_dim,
+            cap: self.cap[layer],
+            window: self.windows[layer],
+        }
     }
 }

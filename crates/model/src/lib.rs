@@ -23,7 +23,7 @@ mod weights;
 pub use config::{Activation, Config, RopeStyle};
 pub use dspark::{DSparkConfig, DSparkModel, DSparkWeights};
 pub use error::ModelError;
-pub use kv::{KvCache, KvSnapshot};
+pub use kv::{KvCache, KvSnapshot, KvType};
 pub use mtp::MtpHead;
 pub use support::{SupportError, SupportKind, TargetId};
 pub use transformer::{ForwardOutput, HiddenTap, LogitRows, Model, Segment, SegmentLogits};

@@ -13,7 +13,7 @@ use tandem_kernels::ops;
 use tandem_kernels::ThreadPool;
 
 use crate::config::{Activation, Config, RopeStyle};
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvType};
 use crate::shard::{gather_columns, Collective, Frame, FrameSeg, Layout};
 use crate::weights::{load_opt_vec, load_vec, WeightRef};
 use crate::ModelError;
@@ -262,6 +262,9 @@ pub struct Model {
     /// The whole output head, for drafters on the leader of a split model
     /// (loaded at first use).
     full_head: std::sync::OnceLock<WeightRef>,
+    /// How new caches keep their K/V rows (0: f32, 1: f16; see
+    /// [`set_kv_type`](Model::set_kv_type)).
+    kv_type: std::sync::atomic::AtomicU8,
 }
 
 impl std::fmt::Debug for Model {
@@ -430,7 +433,17 @@ impl Model {
         for i in 0..cfg.n_layer {
             layers.push(Layer::load_with(&g, &cfg, &format!("blk.{i}"), cfg.layer_window(i).is_some(), load_matrix, &share)?);
         }
-        Ok(Model { cfg, gguf: g, tok_embd, output, output_norm, layers, dist, full_head: std::sync::OnceLock::new() })
+        Ok(Model {
+            cfg,
+            gguf: g,
+            tok_embd,
+            output,
+            output_norm,
+            layers,
+            dist,
+            full_head: std::sync::OnceLock::new(),
+            kv_type: Default::default(),
+        })
     }
 
     pub fn gguf(&self) -> &Arc<Gguf> {
@@ -464,7 +477,21 @@ impl Model {
     /// context); local layers hold rings of their window.
     pub fn new_cache(&self, ctx: usize) -> KvCache {
         let windows: Vec<Option<usize>> = (0..self.cfg.n_layer).map(|l| self.cfg.layer_window(l)).collect();
-        KvCache::with_windows(self.kv_dim_here(), ctx.clamp(1, self.cfg.ctx_train.max(1)), &windows)
+        KvCache::with_windows(self.kv_dim_here(), ctx.clamp(1, self.cfg.ctx_train.max(1)), &windows, self.kv_type())
+    }
+
+    /// How caches made from now on keep their K/V rows (caches already
+    /// made keep theirs). Every rank of a split model must be given the
+    /// same type.
+    pub fn set_kv_type(&self, ty: KvType) {
+        self.kv_type.store(matches!(ty, KvType::F16) as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        match self.kv_type.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => KvType::F32,
+            _ => KvType::F16,
+        }
     }
 
     /// Bytes of K/V rows a sequence holds with all `ctx` positions filled by
@@ -477,7 +504,7 @@ impl Model {
                 None => ctx,
             })
             .sum();
-        2 * rows * self.kv_dim_here() * 4
+        2 * rows * self.kv_dim_here() * self.kv_type().bytes()
     }
 
     /// Token embedding row (dequantized).
@@ -970,7 +997,7 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
                             let (a, b) = (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
                             let qh = &q[i * qd + h * hd..][..hd];
                             lr.runs(a, b, |a, b, at| {
-                                ops::dot_rows(qh, &lr.k[at..], kvd, off, scale, &mut sc[i * span + a - lo..i * span + b - lo]);
+                                lr.k.dot_rows(qh, at, kvd, off, scale, &mut sc[i * span + a - lo..i * span + b - lo]);
                             });
                         }
                     }
@@ -983,7 +1010,7 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
                         for (i, oi) in o.chunks_exact_mut(hd).enumerate() {
                             let (a, b) = (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
                             lr.runs(a, b, |a, b, at| {
-                                ops::axpy_rows(oi, &sc[i * span + a - lo..i * span + b - lo], &lr.v[at..], kvd, off);
+                                lr.v.axpy_rows(oi, &sc[i * span + a - lo..i * span + b - lo], at, kvd, off);
                             });
                         }
                     }
@@ -1034,7 +1061,7 @@ fn attention_groups(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: u
                     for j in 0..group {
                         let qh = &q[i * qd + (g * group + j) * hd..][..hd];
                         lr.runs(a, b, |a, b, at| {
-                            ops::dot_rows(qh, &lr.k[at..], kvd, off, scale, &mut sc[j * span + a - lo..j * span + b - lo]);
+                            lr.k.dot_rows(qh, at, kvd, off, scale, &mut sc[j * span + a - lo..j * span + b - lo]);
                         });
                     }
                 }
@@ -1046,7 +1073,7 @@ fn attention_groups(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: u
                     let (a, b) = (p0.max(lo), (p0 + POS_BLOCK).min(n));
                     for (j, oj) in o.chunks_exact_mut(hd).enumerate() {
                         lr.runs(a, b, |a, b, at| {
-                            ops::axpy_rows(oj, &sc[j * span + a - lo..j * span + b - lo], &lr.v[at..], kvd, off);
+                            lr.v.axpy_rows(oj, &sc[j * span + a - lo..j * span + b - lo], at, kvd, off);
                         });
                     }
                 }
@@ -1088,10 +1115,10 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
                 let mut sc = sc.borrow_mut();
                 let sc = resize(&mut sc, n - lo);
                 // key and value head h / group of positions lo..n, in order
-                lr.runs(lo, n, |a, b, at| ops::dot_rows(qh, &lr.k[at..], kvd, off, scale, &mut sc[a - lo..b - lo]));
+                lr.runs(lo, n, |a, b, at| lr.k.dot_rows(qh, at, kvd, off, scale, &mut sc[a - lo..b - lo]));
                 ops::softmax_inplace(sc);
                 o.iter_mut().for_each(|v| *v = 0.0);
-                lr.runs(lo, n, |a, b, at| ops::axpy_rows(o, &sc[a - lo..b - lo], &lr.v[at..], kvd, off));
+                lr.runs(lo, n, |a, b, at| lr.v.axpy_rows(o, &sc[a - lo..b - lo], at, kvd, off));
             });
         },
     );

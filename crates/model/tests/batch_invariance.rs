@@ -1,7 +1,10 @@
 //! Forward-pass batch invariance: evaluating M positions in one call gives, for
 //! every row, the same bits (logits and hidden states) as evaluating them one at
 //! a time — for any M and thread count. Also: truncating the cache and
-//! re-evaluating reproduces the same bits (rollback is truncation).
+//! re-evaluating reproduces the same bits (rollback is truncation). Each
+//! property runs with caches of f32 and of f16 rows, and with 16- and
+//! 64-wide heads (64 is where the attention kernels keep a head in
+//! registers).
 
 use std::sync::Arc;
 
@@ -9,11 +12,23 @@ use proptest::prelude::*;
 use tandem_gguf::{GgmlType, Gguf};
 use tandem_kernels::ThreadPool;
 use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
-use tandem_model::{ForwardOutput, HiddenTap, LogitRows, Model, Segment, SegmentLogits};
+use tandem_model::{ForwardOutput, HiddenTap, KvType, LogitRows, Model, Segment, SegmentLogits};
 
 fn model(ty: GgmlType, seed: u64, tied: bool) -> Model {
     let spec = SyntheticSpec { ty, seed, tied, ..Default::default() };
     Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap()
+}
+
+/// A model with the cache type and head width of `variant` (bit 0: f16
+/// rows; bit 1: 64-wide heads).
+fn model_variant(ty: GgmlType, seed: u64, tied: bool, variant: u8) -> Model {
+    let mut spec = SyntheticSpec { ty, seed, tied, ..Default::default() };
+    if variant & 2 != 0 {
+        (spec.d_model, spec.n_head, spec.n_kv_head) = (128, 2, 1);
+    }
+    let md = Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap();
+    md.set_kv_type(if variant & 1 != 0 { KvType::F16 } else { KvType::F32 });
+    md
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -26,8 +41,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
     #[test]
     fn batched_rows_equal_single_steps(ty_i in 0usize..TYPES.len(), prefix in 0usize..200, m in 1usize..=16,
-                                       seed in 1u64..1000, tied in any::<bool>()) {
-        let md = model(TYPES[ty_i], seed, tied);
+                                       seed in 1u64..1000, tied in any::<bool>(), variant in 0u8..4) {
+        let md = model_variant(TYPES[ty_i], seed, tied, variant);
         let vocab = md.cfg.vocab as u32;
         let toks: Vec<u32> = (0..prefix + m).map(|i| ((i as u64 * 7919 + seed * 31) % vocab as u64) as u32).collect();
         let taps = [HiddenTap::Layer(0), HiddenTap::Final];
@@ -61,8 +76,8 @@ proptest! {
     /// decoding it alone.
     #[test]
     fn rows_of_different_sequences_equal_their_own_steps(ty_i in 0usize..TYPES.len(), n_seq in 1usize..=7,
-                                                         steps in 1usize..4, seed in 1u64..1000) {
-        let md = model(TYPES[ty_i], seed, seed % 2 == 0);
+                                                         steps in 1usize..4, seed in 1u64..1000, variant in 0u8..4) {
+        let md = model_variant(TYPES[ty_i], seed, seed % 2 == 0, variant);
         let vocab = md.cfg.vocab as u64;
         let (d, v) = (md.cfg.d_model, md.cfg.vocab);
         let taps = [HiddenTap::Layer(1), HiddenTap::Final];
@@ -104,8 +119,8 @@ proptest! {
     #[test]
     fn segments_of_different_sequences_equal_their_own_forwards(ty_i in 0usize..TYPES.len(),
                                                                 lens in proptest::collection::vec(1usize..=12, 1..=5),
-                                                                prefix in 0usize..80, seed in 1u64..1000) {
-        let md = model(TYPES[ty_i], seed, seed % 3 == 0);
+                                                                prefix in 0usize..80, seed in 1u64..1000, variant in 0u8..4) {
+        let md = model_variant(TYPES[ty_i], seed, seed % 3 == 0, variant);
         let vocab = md.cfg.vocab as u64;
         let (d, v) = (md.cfg.d_model, md.cfg.vocab);
         let taps = [HiddenTap::Layer(0), HiddenTap::Final];
@@ -167,7 +182,13 @@ fn forward_multi_rejects_bad_inputs() {
 
 #[test]
 fn truncate_and_reevaluate_gives_same_bits() {
-    let md = model(GgmlType::Q4_1, 5, true);
+    for variant in 0..4 {
+        truncate_and_reevaluate(variant);
+    }
+}
+
+fn truncate_and_reevaluate(variant: u8) {
+    let md = model_variant(GgmlType::Q4_1, 5, true, variant);
     let pool = ThreadPool::new(2);
     let toks: Vec<u32> = (0..30).map(|i| (i * 13 % 300) as u32).collect();
     let mut c = md.new_cache(512);
@@ -184,6 +205,41 @@ fn truncate_and_reevaluate_gives_same_bits() {
     assert_eq!(bits(&o1.logits[20 * v..]), bits(&o2.logits));
     c.restore(&snap);
     assert_eq!(c.len(), 30);
+    // a prefix copied into another cache continues with the same bits
+    let mut d = md.new_cache(512);
+    d.copy_prefix_from(&c, 20);
+    md.forward(&pool, &mut d, &toks[20..], &LogitRows::All, &[], &mut o2).unwrap();
+    assert_eq!(bits(&o1.logits[20 * v..]), bits(&o2.logits));
+    let mut e = c.prefix(20);
+    md.forward(&pool, &mut e, &toks[20..], &LogitRows::All, &[], &mut o2).unwrap();
+    assert_eq!(bits(&o1.logits[20 * v..]), bits(&o2.logits));
+}
+
+/// A cache of f16 rows holds half the bytes of an f32 one, and its logits
+/// stay close to f32's (rounding K and V to f16 moves them by about f16's
+/// precision, not more).
+#[test]
+fn f16_rows_take_half_the_bytes_and_stay_close_to_f32() {
+    let pool = ThreadPool::new(2);
+    let toks: Vec<u32> = (0..60).map(|i| (i * 29 % 300) as u32).collect();
+    let mut logits = Vec::new();
+    let mut bytes = Vec::new();
+    for variant in [2u8, 3] {
+        let md = model_variant(GgmlType::Q8_0, 9, true, variant);
+        let mut c = md.new_cache(128);
+        let mut o = ForwardOutput::default();
+        md.forward(&pool, &mut c, &toks, &LogitRows::All, &[], &mut o).unwrap();
+        assert_eq!(c.kv_type(), if variant & 1 != 0 { KvType::F16 } else { KvType::F32 });
+        bytes.push((c.bytes_used(), md.kv_bytes_full(128, 1)));
+        logits.push(o.logits.clone());
+    }
+    assert_eq!(bytes[0].0, 2 * bytes[1].0);
+    assert_eq!(bytes[0].1, 2 * bytes[1].1);
+    let (a, b) = (&logits[0], &logits[1]);
+    assert_ne!(bits(a), bits(b), "the f16 cache is in use");
+    let scale = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(worst <= 1e-2 * scale, "f16 logits {worst} from f32's (scale {scale})");
 }
 
 #[test]

@@ -79,7 +79,7 @@ fn permute_heads(t: &mut TensorData, n_heads: u64, head_dim: u64) -> Result<(), 
         let rb = t.ty.row_bytes(t.dims[0]).ok_or(format!("{}: bad row", t.name))?;
         (t.dims[1..].iter().product(), rb)
     };
-    if rows != n_heads * head_dim || head_dim % 2 != 0 {
+    if rows != n_heads * head_dim || !head_dim.is_multiple_of(2) {
         return Err(format!("{}: {rows} rows, expected {n_heads} heads of {head_dim}", t.name));
     }
     let (rb, half) = (row_bytes as usize, (head_dim / 2) as usize);

@@ -463,6 +463,120 @@ pub(crate) unsafe fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: u
     }
 }
 
+/// Prefetch the two cache lines of a 64-wide f16 head row (a hint: `p`
+/// may point anywhere).
+///
+/// # Safety
+/// AVX2, FMA and F16C available (the module's safety contract).
+#[inline(always)]
+unsafe fn prefetch_head_f16(p: *const u16) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(32) as *const i8);
+    }
+}
+
+/// Eight f16 values at `p` as f32 (exact).
+///
+/// # Safety
+/// F16C available; 8 values readable at `p`.
+#[inline(always)]
+unsafe fn load_f16x8(p: *const u16) -> __m256 {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+}
+
+/// `ops::dot_rows_f16` for a 64-wide query: [`dot_rows`]'s lanes, chains and
+/// horizontal sums, each row's values widened from f16 (exactly) as loaded.
+///
+/// # Safety
+/// AVX2, FMA and F16C available; `q.len() == 64`; `rows` holds
+/// `(out.len() − 1)·stride + offset + 64` values (the safe wrapper asserts it).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows_f16_64(q: &[f32], rows: &[u16], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let base = rows.as_ptr().add(offset);
+        let qv: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(q.as_ptr().add(8 * c)));
+        let quads = out.len() / 4;
+        let sv = _mm_set1_ps(scale);
+        for g in 0..quads {
+            let r: [*const u16; 4] = std::array::from_fn(|i| base.add((4 * g + i) * stride));
+            for i in 0..4 {
+                prefetch_head_f16(base.wrapping_add((4 * g + i + PREFETCH_ROWS) * stride));
+            }
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (c, qc) in qv.iter().enumerate() {
+                for i in 0..4 {
+                    acc[i] = _mm256_fmadd_ps(*qc, load_f16x8(r[i].add(8 * c)), acc[i]);
+                }
+            }
+            _mm_storeu_ps(out.as_mut_ptr().add(4 * g), _mm_mul_ps(hsum8x4(acc), sv));
+        }
+        for (j, o) in out.iter_mut().enumerate().skip(4 * quads) {
+            let r = base.add(j * stride);
+            let mut acc = _mm256_setzero_ps();
+            for (c, qc) in qv.iter().enumerate() {
+                acc = _mm256_fmadd_ps(*qc, load_f16x8(r.add(8 * c)), acc);
+            }
+            *o = hsum8(acc) * scale;
+        }
+    }
+}
+
+/// `ops::axpy_rows_f16` for a 64-wide `y`: [`axpy_rows`]'s fused
+/// multiply-adds in its order, each row widened from f16 as loaded.
+///
+/// # Safety
+/// AVX2, FMA and F16C available; `y.len() == 64`; `rows` holds
+/// `(p.len() − 1)·stride + offset + 64` values (the safe wrapper asserts it).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_rows_f16_64(y: &mut [f32], p: &[f32], rows: &[u16], stride: usize, offset: usize) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let base = rows.as_ptr().add(offset);
+        let mut acc: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(y.as_ptr().add(8 * c)));
+        for (j, &pj) in p.iter().enumerate() {
+            let r = base.add(j * stride);
+            prefetch_head_f16(base.wrapping_add((j + PREFETCH_ROWS) * stride));
+            let pv = _mm256_set1_ps(pj);
+            for (c, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pv, load_f16x8(r.add(8 * c)), *a);
+            }
+        }
+        for (c, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(y.as_mut_ptr().add(8 * c), *a);
+        }
+    }
+}
+
+/// f32 → f16 bits, rounding to nearest even (`ops::f32_to_f16_scalar`'s
+/// result for every input).
+///
+/// # Safety
+/// AVX2 and F16C available; `dst.len() == src.len()`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f32_to_f16(src: &[f32], dst: &mut [u16]) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let n = src.len().min(dst.len());
+        let full = n / 8 * 8;
+        let mut i = 0;
+        while i < full {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.as_ptr().add(i)));
+            _mm_storeu_si128(dst.as_mut_ptr().add(i) as *mut __m128i, h);
+            i += 8;
+        }
+        for j in full..n {
+            dst[j] = _mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(src[j]))) as u16;
+        }
+    }
+}
+
 /// Sum with the 8-lane structure of `ops::sum_f32_scalar`.
 ///
 /// # Safety
