@@ -107,12 +107,14 @@ def test_split_server_answers_equal_one_process():
 
 
 def test_split_cli_output_equals_one_process():
-    args = ["-p", "Why is the sky blue?", "-n", "40", "--temp", "0", "-t", "1", "--lookup"]
-    one = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
-    two = subprocess.run(MPIRUN + [BIN, *args], capture_output=True, text=True, timeout=300)
-    assert one.returncode == 0 and two.returncode == 0, two.stderr
-    assert one.stdout == two.stdout
-    assert "rank 0 of 2" in two.stderr
+    # each rank keeps its share of the K/V cache in the type asked for
+    for kv in ("f32", "f16"):
+        args = ["-p", "Why is the sky blue?", "-n", "40", "--temp", "0", "-t", "1", "--lookup", "--kv-type", kv]
+        one = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+        two = subprocess.run(MPIRUN + [BIN, *args], capture_output=True, text=True, timeout=300)
+        assert one.returncode == 0 and two.returncode == 0, two.stderr
+        assert one.stdout == two.stdout, f"--kv-type {kv}: split output differs"
+        assert "rank 0 of 2" in two.stderr
 
 
 def test_seeded_sampling_equals_one_process():
