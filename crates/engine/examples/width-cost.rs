@@ -9,7 +9,8 @@ use std::time::Instant;
 use tandem_model::{ForwardOutput, LogitRows};
 
 fn main() {
-    let name = std::env::args().nth(1).map(std::path::PathBuf::from);
+    // an empty MODEL ("") is the default model, so CONTEXT can follow it
+    let name = std::env::args().nth(1).filter(|s| !s.is_empty()).map(std::path::PathBuf::from);
     let path = tandem_engine::fetch::resolve(name.as_deref(), true).expect("model");
     let ctx: usize = std::env::args().nth(2).map_or(100, |s| s.parse().expect("CONTEXT: a number"));
     let ty: tandem_model::KvType = std::env::args().nth(3).map_or(Ok(Default::default()), |s| s.parse()).expect("f32 or f16");

@@ -185,25 +185,15 @@ pub fn dot_rows_f16(q: &[f32], rows: &[u16], stride: usize, offset: usize, scale
     match simd_level() {
         // SAFETY: AVX2/FMA/F16C checked by simd_level; a 64-wide query; every row is in bounds (asserted above).
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 if k == 64 => unsafe { crate::simd::avx2::dot_rows_f16_64(q, rows, stride, offset, scale, out) },
-        SimdLevel::Avx2 => {
-            let mut row = vec![0f32; k];
-            for (j, o) in out.iter_mut().enumerate() {
-                widen(&rows[j * stride + offset..][..k], &mut row);
-                *o = dot_f32(q, &row) * scale;
-            }
-        }
+        SimdLevel::Avx2 if k == 64 => unsafe { crate::simd::avx2::dot_rows_64(q, rows, stride, offset, scale, out) },
+        SimdLevel::Avx2 => widened_rows(rows, stride, offset, k, out.len(), |j, row| out[j] = dot_f32(q, row) * scale),
         _ => dot_rows_f16_scalar(q, rows, stride, offset, scale, out),
     }
 }
 
 /// Scalar twin of [`dot_rows_f16`].
 pub fn dot_rows_f16_scalar(q: &[f32], rows: &[u16], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
-    let mut row = vec![0f32; q.len()];
-    for (j, o) in out.iter_mut().enumerate() {
-        widen(&rows[j * stride + offset..][..q.len()], &mut row);
-        *o = dot_f32_scalar(q, &row) * scale;
-    }
+    widened_rows(rows, stride, offset, q.len(), out.len(), |j, row| out[j] = dot_f32_scalar(q, row) * scale);
 }
 
 /// [`axpy_rows`] over rows kept as f16 (each widened exactly first).
@@ -215,31 +205,35 @@ pub fn axpy_rows_f16(y: &mut [f32], p: &[f32], rows: &[u16], stride: usize, offs
     match simd_level() {
         // SAFETY: AVX2/FMA/F16C checked by simd_level; a 64-wide `y`; every row is in bounds (asserted above).
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 if n == 64 => unsafe { crate::simd::avx2::axpy_rows_f16_64(y, p, rows, stride, offset) },
-        SimdLevel::Avx2 => {
-            let mut row = vec![0f32; n];
-            for (j, &pj) in p.iter().enumerate() {
-                widen(&rows[j * stride + offset..][..n], &mut row);
-                axpy(y, pj, &row);
-            }
-        }
+        SimdLevel::Avx2 if n == 64 => unsafe { crate::simd::avx2::axpy_rows_64(y, p, rows, stride, offset) },
+        SimdLevel::Avx2 => widened_rows(rows, stride, offset, n, p.len(), |j, row| axpy(y, p[j], row)),
         _ => axpy_rows_f16_scalar(y, p, rows, stride, offset),
     }
 }
 
 /// Scalar twin of [`axpy_rows_f16`].
 pub fn axpy_rows_f16_scalar(y: &mut [f32], p: &[f32], rows: &[u16], stride: usize, offset: usize) {
-    let mut row = vec![0f32; y.len()];
-    for (j, &pj) in p.iter().enumerate() {
-        widen(&rows[j * stride + offset..][..y.len()], &mut row);
-        axpy_scalar(y, pj, &row);
-    }
+    let n = y.len();
+    widened_rows(rows, stride, offset, n, p.len(), |j, row| axpy_scalar(y, p[j], row));
 }
 
-/// f16 bits → f32, exactly.
-fn widen(src: &[u16], dst: &mut [f32]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = crate::quant::formats::f16_to_f32(*s);
+/// `f(j, row_j)` for rows `j < count`, each row `rows[j·stride + offset..][..k]`
+/// widened exactly from f16 into one buffer (on the stack for heads up to
+/// 256 wide).
+fn widened_rows(rows: &[u16], stride: usize, offset: usize, k: usize, count: usize, mut f: impl FnMut(usize, &[f32])) {
+    let mut stack = [0f32; 256];
+    let mut heap = Vec::new();
+    let buf = if k <= stack.len() {
+        &mut stack[..k]
+    } else {
+        heap.resize(k, 0f32);
+        &mut heap[..]
+    };
+    for j in 0..count {
+        for (d, s) in buf.iter_mut().zip(&rows[j * stride + offset..][..k]) {
+            *d = crate::quant::formats::f16_to_f32(*s);
+        }
+        f(j, buf);
     }
 }
 

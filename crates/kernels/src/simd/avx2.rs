@@ -366,17 +366,61 @@ pub(crate) unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 /// `kv_dim`) waits on L3 or memory.
 const PREFETCH_ROWS: usize = 12;
 
-/// Prefetch the four cache lines of a 64-float head row. A hint only: it
-/// cannot fault, so `p` may point past the end of the cache.
+/// What a cached K/V row holds: f32, or f16 bits widened (exactly) as
+/// they are loaded. The attention kernels below are written once over it,
+/// so both kinds of row go through the same lanes, chains and sums.
 ///
 /// # Safety
-/// AVX2, FMA and F16C available (the module's safety contract) (a prefetch is a hint and cannot fault, so `p` may point anywhere).
-#[inline(always)]
-unsafe fn prefetch_head(p: *const f32) {
-    // SAFETY: the caller upholds this function's `# Safety` contract.
-    unsafe {
-        for l in 0..4 {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * l) as *const i8);
+/// Implementations load or prefetch through raw pointers; callers uphold
+/// each method's contract.
+pub(crate) unsafe trait HeadValue: Copy {
+    /// Eight values at `p` as f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C available; 8 values readable at `p`.
+    unsafe fn load8(p: *const Self) -> __m256;
+
+    /// Prefetch the cache lines of a 64-wide head row at `p` (a hint: it
+    /// cannot fault, so `p` may point anywhere).
+    ///
+    /// # Safety
+    /// SSE available (always, with AVX2).
+    unsafe fn prefetch_head(p: *const Self);
+}
+
+// SAFETY: loads read exactly 8 f32 values; prefetches are hints.
+unsafe impl HeadValue for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch_head(p: *const f32) {
+        // SAFETY: a prefetch is a hint and cannot fault.
+        unsafe {
+            for l in 0..4 {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * l) as *const i8);
+            }
+        }
+    }
+}
+
+// SAFETY: loads read exactly 8 u16 values (16 bytes); prefetches are hints.
+unsafe impl HeadValue for u16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> __m256 {
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch_head(p: *const u16) {
+        // SAFETY: a prefetch is a hint and cannot fault.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(32) as *const i8);
         }
     }
 }
@@ -388,42 +432,59 @@ unsafe fn prefetch_head(p: *const f32) {
 /// AVX2/FMA available; `rows` holds `(out.len() − 1)·stride + offset + q.len()`
 /// values (the safe wrapper asserts it).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_rows(q: &[f32], rows: &[f32], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
     // SAFETY: the caller upholds this function's `# Safety` contract.
     unsafe {
-        let base = rows.as_ptr().add(offset);
         if q.len() == 64 {
-            let qv: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(q.as_ptr().add(8 * c)));
-            // four rows at a time: four independent FMA chains instead of one
-            // (each row's chain and horizontal sum are unchanged)
-            let quads = out.len() / 4;
-            let sv = _mm_set1_ps(scale);
-            for g in 0..quads {
-                let r: [*const f32; 4] = std::array::from_fn(|i| base.add((4 * g + i) * stride));
-                for i in 0..4 {
-                    prefetch_head(base.wrapping_add((4 * g + i + PREFETCH_ROWS) * stride));
-                }
-                let mut acc = [_mm256_setzero_ps(); 4];
-                for (c, qc) in qv.iter().enumerate() {
-                    for i in 0..4 {
-                        acc[i] = _mm256_fmadd_ps(*qc, _mm256_loadu_ps(r[i].add(8 * c)), acc[i]);
-                    }
-                }
-                _mm_storeu_ps(out.as_mut_ptr().add(4 * g), _mm_mul_ps(hsum8x4(acc), sv));
-            }
-            for (j, o) in out.iter_mut().enumerate().skip(4 * quads) {
-                let r = base.add(j * stride);
-                let mut acc = _mm256_setzero_ps();
-                for (c, qc) in qv.iter().enumerate() {
-                    acc = _mm256_fmadd_ps(*qc, _mm256_loadu_ps(r.add(8 * c)), acc);
-                }
-                *o = hsum8(acc) * scale;
-            }
+            dot_rows_64(q, rows, stride, offset, scale, out);
         } else {
+            let base = rows.as_ptr().add(offset);
             for (j, o) in out.iter_mut().enumerate() {
                 *o = dot_f32(q, std::slice::from_raw_parts(base.add(j * stride), q.len())) * scale;
             }
+        }
+    }
+}
+
+/// [`dot_rows`] for a 64-wide query held in registers, over rows of f32 or
+/// of f16 (`ops::dot_rows_f16`, the same bits as `dot_rows` on the widened
+/// rows).
+///
+/// # Safety
+/// AVX2, FMA and F16C available; `q.len() == 64`; `rows` holds
+/// `(out.len() − 1)·stride + offset + 64` values (the safe wrappers assert it).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows_64<T: HeadValue>(q: &[f32], rows: &[T], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let base = rows.as_ptr().add(offset);
+        let qv: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(q.as_ptr().add(8 * c)));
+        // four rows at a time: four independent FMA chains instead of one
+        // (each row's chain and horizontal sum are unchanged)
+        let quads = out.len() / 4;
+        let sv = _mm_set1_ps(scale);
+        for g in 0..quads {
+            let r: [*const T; 4] = std::array::from_fn(|i| base.add((4 * g + i) * stride));
+            for i in 0..4 {
+                T::prefetch_head(base.wrapping_add((4 * g + i + PREFETCH_ROWS) * stride));
+            }
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (c, qc) in qv.iter().enumerate() {
+                for i in 0..4 {
+                    acc[i] = _mm256_fmadd_ps(*qc, T::load8(r[i].add(8 * c)), acc[i]);
+                }
+            }
+            _mm_storeu_ps(out.as_mut_ptr().add(4 * g), _mm_mul_ps(hsum8x4(acc), sv));
+        }
+        for (j, o) in out.iter_mut().enumerate().skip(4 * quads) {
+            let r = base.add(j * stride);
+            let mut acc = _mm256_setzero_ps();
+            for (c, qc) in qv.iter().enumerate() {
+                acc = _mm256_fmadd_ps(*qc, T::load8(r.add(8 * c)), acc);
+            }
+            *o = hsum8(acc) * scale;
         }
     }
 }
@@ -436,25 +497,14 @@ pub(crate) unsafe fn dot_rows(q: &[f32], rows: &[f32], stride: usize, offset: us
 /// AVX2/FMA available; `rows` holds `(p.len() − 1)·stride + offset + y.len()`
 /// values (the safe wrapper asserts it).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, offset: usize) {
     // SAFETY: the caller upholds this function's `# Safety` contract.
     unsafe {
-        let base = rows.as_ptr().add(offset);
         if y.len() == 64 {
-            let mut acc: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(y.as_ptr().add(8 * c)));
-            for (j, &pj) in p.iter().enumerate() {
-                let r = base.add(j * stride);
-                prefetch_head(base.wrapping_add((j + PREFETCH_ROWS) * stride));
-                let pv = _mm256_set1_ps(pj);
-                for (c, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(r.add(8 * c)), *a);
-                }
-            }
-            for (c, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(y.as_mut_ptr().add(8 * c), *a);
-            }
+            axpy_rows_64(y, p, rows, stride, offset);
         } else {
+            let base = rows.as_ptr().add(offset);
             let n = y.len();
             for (j, &pj) in p.iter().enumerate() {
                 axpy(y, pj, std::slice::from_raw_parts(base.add(j * stride), n));
@@ -463,88 +513,25 @@ pub(crate) unsafe fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: u
     }
 }
 
-/// Prefetch the two cache lines of a 64-wide f16 head row (a hint: `p`
-/// may point anywhere).
-///
-/// # Safety
-/// AVX2, FMA and F16C available (the module's safety contract).
-#[inline(always)]
-unsafe fn prefetch_head_f16(p: *const u16) {
-    // SAFETY: the caller upholds this function's `# Safety` contract.
-    unsafe {
-        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(32) as *const i8);
-    }
-}
-
-/// Eight f16 values at `p` as f32 (exact).
-///
-/// # Safety
-/// F16C available; 8 values readable at `p`.
-#[inline(always)]
-unsafe fn load_f16x8(p: *const u16) -> __m256 {
-    // SAFETY: the caller upholds this function's `# Safety` contract.
-    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
-}
-
-/// `ops::dot_rows_f16` for a 64-wide query: [`dot_rows`]'s lanes, chains and
-/// horizontal sums, each row's values widened from f16 (exactly) as loaded.
-///
-/// # Safety
-/// AVX2, FMA and F16C available; `q.len() == 64`; `rows` holds
-/// `(out.len() − 1)·stride + offset + 64` values (the safe wrapper asserts it).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_rows_f16_64(q: &[f32], rows: &[u16], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
-    // SAFETY: the caller upholds this function's `# Safety` contract.
-    unsafe {
-        let base = rows.as_ptr().add(offset);
-        let qv: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(q.as_ptr().add(8 * c)));
-        let quads = out.len() / 4;
-        let sv = _mm_set1_ps(scale);
-        for g in 0..quads {
-            let r: [*const u16; 4] = std::array::from_fn(|i| base.add((4 * g + i) * stride));
-            for i in 0..4 {
-                prefetch_head_f16(base.wrapping_add((4 * g + i + PREFETCH_ROWS) * stride));
-            }
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for (c, qc) in qv.iter().enumerate() {
-                for i in 0..4 {
-                    acc[i] = _mm256_fmadd_ps(*qc, load_f16x8(r[i].add(8 * c)), acc[i]);
-                }
-            }
-            _mm_storeu_ps(out.as_mut_ptr().add(4 * g), _mm_mul_ps(hsum8x4(acc), sv));
-        }
-        for (j, o) in out.iter_mut().enumerate().skip(4 * quads) {
-            let r = base.add(j * stride);
-            let mut acc = _mm256_setzero_ps();
-            for (c, qc) in qv.iter().enumerate() {
-                acc = _mm256_fmadd_ps(*qc, load_f16x8(r.add(8 * c)), acc);
-            }
-            *o = hsum8(acc) * scale;
-        }
-    }
-}
-
-/// `ops::axpy_rows_f16` for a 64-wide `y`: [`axpy_rows`]'s fused
-/// multiply-adds in its order, each row widened from f16 as loaded.
+/// [`axpy_rows`] for a 64-wide `y` held in registers, over rows of f32 or
+/// of f16 (`ops::axpy_rows_f16`).
 ///
 /// # Safety
 /// AVX2, FMA and F16C available; `y.len() == 64`; `rows` holds
-/// `(p.len() − 1)·stride + offset + 64` values (the safe wrapper asserts it).
+/// `(p.len() − 1)·stride + offset + 64` values (the safe wrappers assert it).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn axpy_rows_f16_64(y: &mut [f32], p: &[f32], rows: &[u16], stride: usize, offset: usize) {
+pub(crate) unsafe fn axpy_rows_64<T: HeadValue>(y: &mut [f32], p: &[f32], rows: &[T], stride: usize, offset: usize) {
     // SAFETY: the caller upholds this function's `# Safety` contract.
     unsafe {
         let base = rows.as_ptr().add(offset);
         let mut acc: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(y.as_ptr().add(8 * c)));
         for (j, &pj) in p.iter().enumerate() {
             let r = base.add(j * stride);
-            prefetch_head_f16(base.wrapping_add((j + PREFETCH_ROWS) * stride));
+            T::prefetch_head(base.wrapping_add((j + PREFETCH_ROWS) * stride));
             let pv = _mm256_set1_ps(pj);
             for (c, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pv, load_f16x8(r.add(8 * c)), *a);
+                *a = _mm256_fmadd_ps(pv, T::load8(r.add(8 * c)), *a);
             }
         }
         for (c, a) in acc.iter().enumerate() {
