@@ -155,7 +155,7 @@ impl Buf {
             Buf::F16(b) => tandem_kernels::ops::f32_to_f16(src, &mut b[at..at + src.len()]),
         }
     }
-    /// Values `range` of `src` (a buffer of the same type), as a new buffer.
+    /// Values `range` of this buffer, as a new buffer of the same type.
     fn slice(&self, range: std::ops::Range<usize>) -> Buf {
         match self {
             Buf::F32(b) => Buf::F32(b[range].to_vec()),
