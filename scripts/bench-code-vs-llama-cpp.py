@@ -19,10 +19,17 @@ tokenizer read (chat template applied by tandem, special tokens parsed).
 Reports per kind and overall: tok/s of every mode of both engines (total
 generated tokens over total decode time), tandem's best ÷ llama.cpp's best,
 and whether each llama.cpp speculative output equals llama.cpp's plain output
-(and how many of llama.cpp's plain outputs equal tandem's; llama.cpp's
-kernels are not batch-invariant, so a difference is reported, not fatal). Writes
-OUT/summary.md, OUT/summary.json and OUT/tok-s-by-kind.svg; every llama.cpp
-run's output is kept under OUT/llama/.
+on the same model file (for a relabelled target, its plain output on the
+relabelled file, `plain-llama-arch`, which is not in the tok/s table), and
+how many of llama.cpp's plain outputs equal tandem's. llama.cpp's kernels
+are not batch-invariant, so a difference is reported, not fatal.
+`--llama-batch-invariant` removes what of that llama.cpp lets a user remove:
+a build without llamafile's sgemm (`LLAMA_CPP_NO_LLAMAFILE=1
+scripts/build-llama-cpp.sh`), no weight repacking (`--no-repack`) and no
+flash attention (`-fa off`). `--llama-modes` picks llama.cpp's modes (plain
+always runs). Writes OUT/summary.md, OUT/summary.json and
+OUT/tok-s-by-kind.svg; every llama.cpp run's output is kept under
+OUT/llama/.
 """
 import argparse
 import importlib.util
@@ -45,12 +52,15 @@ MODEL_FILES = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder
 # reads (0c1e570 aborts: "layer input tensor is null"); its llama graph does,
 # so its DSpark mode gets the same model relabelled (crates/tools/examples/qwen2_as_llama.rs)
 QWEN2_MODELS = {"qwen2.5-coder-0.5b"}
+PLAIN_RELABELLED = "plain-llama-arch"
 DSPARK_FILES = {"smollm2-135m": "smollm2-135m-instruct-dspark.gguf", "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-dspark.gguf"}
 
 
 def llama_modes(bin_dir, model_path, dspark_target, dspark, args):
     """(name, argv builder) for each llama.cpp mode; the builder takes the prompt file."""
     common = ["-m", model_path, "-t", str(args.threads), "-c", str(args.ctx), "--temp", "0", "-n", str(args.n), "--no-escape"]
+    if args.llama_batch_invariant:
+        common += ["--no-repack", "-fa", "off"]
     modes = [
         ("plain", lambda f: [os.path.join(bin_dir, "llama-completion"), *common, "-no-cnv", "--no-display-prompt", "-f", f]),
         ("lookup", lambda f: [os.path.join(bin_dir, "llama-lookup"), *common, "--spec-draft-n-max", str(args.draft_max), "-f", f]),
@@ -60,13 +70,30 @@ def llama_modes(bin_dir, model_path, dspark_target, dspark, args):
         dcommon = ["-m", dspark_target] + common[2:]
         modes.append(("dspark", lambda f: [os.path.join(bin_dir, "llama-speculative-simple"), *dcommon, "--spec-type", "draft-dspark",
                                            "-md", dspark, "-f", f]))
+        if dspark_target != model_path:
+            # the reference for the DSpark mode: plain decoding of the file it runs
+            modes.append((PLAIN_RELABELLED, lambda f: [os.path.join(bin_dir, "llama-completion"), *dcommon, "-no-cnv",
+                                                       "--no-display-prompt", "-f", f]))
+    wanted = set(args.llama_modes.split(",")) | {"plain"} if args.llama_modes else None
+    if wanted:
+        unknown = wanted - {n for n, _ in modes}
+        if unknown:
+            sys.exit(f"--llama-modes: unknown or unavailable mode(s) {', '.join(sorted(unknown))}")
+        if "dspark" in wanted:
+            wanted.add(PLAIN_RELABELLED)
+        modes = [m for m in modes if m[0] in wanted]
     return modes
+
+
+def reference(mode, texts):
+    """The plain output a speculative mode's output must equal: that of the same model file."""
+    return texts[PLAIN_RELABELLED] if mode == "dspark" and PLAIN_RELABELLED in texts else texts["plain"]
 
 
 def parse_llama(mode, stdout, stderr, prompt_text):
     """(generated text, tokens, decode seconds, drafted, accepted) from one llama.cpp run."""
     out = ANSI.sub("", stdout)
-    if mode == "plain":
+    if mode in ("plain", PLAIN_RELABELLED):
         # llama-completion ends its output with "\n\n", after " [end of text]\n" at an end of generation
         text = strip_suffixes(out, ["\n\n", " [end of text]\n"])
         m = re.findall(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs", stderr)
@@ -118,14 +145,18 @@ def main():
     ap.add_argument("--draft-max", type=int, default=8, help="llama-lookup's --spec-draft-n-max")
     ap.add_argument("--tandem", action="append", default=[], help="NAME=FLAGS (repeatable); replaces the defaults")
     ap.add_argument("--out", default="bench-out/code-vs-llama-cpp")
+    ap.add_argument("--llama-modes", help="comma-separated llama.cpp modes (plain, lookup, ngram-mod, dspark); default all")
+    ap.add_argument("--llama-batch-invariant", action="store_true",
+                    help="llama.cpp built without llamafile's sgemm, run with --no-repack -fa off")
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args()
     os.chdir(ROOT)
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "tandem-cli"], check=True)
     binary = os.path.join(ROOT, "target", "release", "tandem")
+    env = dict(os.environ, **({"LLAMA_CPP_NO_LLAMAFILE": "1"} if args.llama_batch_invariant else {}))
     b = subprocess.run([os.path.join(ROOT, "scripts", "build-llama-cpp.sh"), "llama-completion", "llama-lookup",
-                        "llama-speculative-simple"], capture_output=True, text=True)
+                        "llama-speculative-simple"], capture_output=True, text=True, env=env)
     if b.returncode != 0:
         sys.exit("llama.cpp could not be built:\n" + b.stderr[-3000:])
     bin_dir = b.stdout.strip().splitlines()[-1]
@@ -154,8 +185,9 @@ def main():
     # per engine-mode, per prompt: lists of (tokens, secs) over rounds
     runs = {}
     info = {}
-    exact = {n: [0, 0] for n, _ in lmodes if n != "plain"}
+    exact = {n: [0, 0] for n, _ in lmodes if n not in ("plain", PLAIN_RELABELLED)}
     vs_tandem = [0, 0]
+    relabelled = [0, 0]
     parted = []
     tandem_same = [0, 0]
     log = []
@@ -200,13 +232,18 @@ def main():
                 print(log[-1], file=sys.stderr, flush=True)
             for mname in exact:
                 exact[mname][1] += 1
-                same = same_prefix(texts[mname], texts["plain"])
+                ref = reference(mname, texts)
+                same = same_prefix(texts[mname], ref)
                 exact[mname][0] += same
                 if not same:
-                    k = next(j for j, (x, y) in enumerate(zip(texts[mname], texts["plain"])) if x != y)
-                    parted.append(f"{pid} {mname}: parts from plain at character {k} of {len(texts['plain'])}")
+                    k = next(j for j, (x, y) in enumerate(zip(texts[mname], ref)) if x != y)
+                    parted.append(f"{pid} {mname}: parts from plain at character {k} of {len(ref)}: "
+                                  f"plain {ref[max(0, k - 30):k + 20]!r}, {mname} {texts[mname][max(0, k - 30):k + 20]!r}")
             vs_tandem[1] += 1
             vs_tandem[0] += same_prefix(texts["plain"], r["plain_text"])
+            if PLAIN_RELABELLED in texts:
+                relabelled[1] += 1
+                relabelled[0] += same_prefix(texts["plain"], texts[PLAIN_RELABELLED])
     open(os.path.join(args.out, "llama.log"), "w").write("\n".join(log) + "\n")
 
     def tps(engine, mode, kind):
@@ -219,7 +256,8 @@ def main():
                 secs += x[1]
         return toks / secs if secs else None
 
-    columns = [("tandem", "plain")] + [("tandem", n) for n, _ in tandem_modes] + [("llama.cpp", n) for n, _ in lmodes]
+    columns = [("tandem", "plain")] + [("tandem", n) for n, _ in tandem_modes] + [("llama.cpp", n) for n, _ in lmodes
+                                                                                  if n != PLAIN_RELABELLED]
     kinds = [k for k in KINDS if any(v[0] == k for v in info.values())] + ["overall"]
     table = {k: {f"{e} {m}": tps(e, m, k) for e, m in columns} for k in kinds}
     lines = [f"{args.model}, {args.threads} threads, {args.n} tokens per prompt, {args.rounds} round(s), {len(info)} prompts, "
@@ -239,9 +277,15 @@ def main():
     for mname in exact:
         d = sum(x[2] or 0 for rs in runs[("llama.cpp", mname)].values() for x in rs)
         a = sum(x[3] or 0 for rs in runs[("llama.cpp", mname)].values() for x in rs)
-        acc_lines.append(f"- llama.cpp {mname}: accepted {a} of {d} drafts ({a / d:.1%}); output equal to llama.cpp's plain output "
+        of = " of the relabelled file it runs" if mname == "dspark" and relabelled[1] else ""
+        acc_lines.append(f"- llama.cpp {mname}: accepted {a} of {d} drafts ({a / d:.1%}); output equal to llama.cpp's plain output{of} "
                          f"on {exact[mname][0]}/{exact[mname][1]} prompts." if d else
-                         f"- llama.cpp {mname}: no drafts; output equal to its plain output on {exact[mname][0]}/{exact[mname][1]} prompts.")
+                         f"- llama.cpp {mname}: no drafts; output equal to its plain output{of} on {exact[mname][0]}/{exact[mname][1]} prompts.")
+    if relabelled[1]:
+        acc_lines.append(f"- llama.cpp's plain output of the relabelled file equals that of the original on "
+                         f"{relabelled[0]}/{relabelled[1]} prompts (llama's rotary order rounds differently).")
+    if args.llama_batch_invariant:
+        acc_lines.append("- llama.cpp built without llamafile's sgemm, run with `--no-repack -fa off` (`--llama-batch-invariant`).")
     lines += ["", "tok/s: generated tokens over decode time, summed over the kind's prompts (prompt evaluation excluded).",
               "tandem's modes each ran with their own plain decode (`tandem plain` is the sum of those runs);",
               "llama.cpp's modes ran prompt by prompt in rotating order.", ""] + acc_lines + [
@@ -252,7 +296,8 @@ def main():
         lines += ["", "Where llama.cpp's speculative output parts from its plain output:", ""] + [f"- {x}" for x in parted]
     summary = "\n".join(lines) + "\n"
     open(os.path.join(args.out, "summary.md"), "w").write(summary)
-    json.dump({"table": table, "ratios": ratios, "exact": exact, "plain_vs_tandem": vs_tandem, "parted": parted}, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
+    json.dump({"table": table, "ratios": ratios, "exact": exact, "plain_vs_tandem": vs_tandem, "relabelled_plain_vs_plain": relabelled,
+               "llama_batch_invariant": args.llama_batch_invariant, "parted": parted}, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
     print(summary)
     names = [f"{e} {m}" for e, m in columns]
     vals = [[table[k][n] for k in kinds] for n in names]

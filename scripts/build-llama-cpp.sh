@@ -7,12 +7,20 @@
 #
 # Installs cmake with pip when the machine has none. Output under
 # target/llama.cpp/ (git-ignored); $LLAMA_CPP_DIR overrides it.
+# LLAMA_CPP_NO_LLAMAFILE=1 builds without llamafile's sgemm (a separate build
+# directory, build-no-llamafile/): its tiles make a row's result depend on
+# the batch (scripts/bench-code-vs-llama-cpp.py --llama-batch-invariant).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=0.3.36
 dir=${LLAMA_CPP_DIR:-$PWD/target/llama.cpp}
 src="$dir/llama_cpp_python-$VERSION/vendor/llama.cpp"
 build="$dir/build"
+extra=()
+if [[ ${LLAMA_CPP_NO_LLAMAFILE:-} == 1 ]]; then
+    build="$dir/build-no-llamafile"
+    extra=(-DGGML_LLAMAFILE=OFF)
+fi
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(llama-bench)
 
@@ -42,6 +50,6 @@ for t in "${targets[@]}"; do
     [[ $t == llama-server ]] && server=ON
 done
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server >&2
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server "${extra[@]}" >&2
 cmake --build "$build" -j "$(nproc)" --target "${missing[@]}" >&2
 echo "$build/bin"
