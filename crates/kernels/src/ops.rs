@@ -217,6 +217,113 @@ pub fn axpy_rows_f16_scalar(y: &mut [f32], p: &[f32], rows: &[u16], stride: usiz
     widened_rows(rows, stride, offset, n, p.len(), |j, row| axpy_scalar(y, p[j], row));
 }
 
+/// [`dot_rows`] (f32 rows) or [`dot_rows_f16`] for two queries over the
+/// same rows: `out[h]` gets exactly what `dot_rows(q[h], …, out[h])` gives.
+/// Where the CPU has 512-bit registers (`simd::wide`) and heads are 64 wide,
+/// both queries share each row's loads and fused multiply-adds, one query in
+/// each half of a register; otherwise it is the two calls.
+pub fn dot_rows2<T: RowValue>(q: [&[f32]; 2], rows: &[T], stride: usize, offset: usize, scale: f32, out: [&mut [f32]; 2]) {
+    let k = q[0].len();
+    assert!(q[1].len() == k && out[0].len() == out[1].len(), "dot_rows2: the two queries differ in shape");
+    if let Some(last) = out[0].len().checked_sub(1) {
+        assert!(last * stride + offset + k <= rows.len(), "dot_rows2: rows too short");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if k == 64 && crate::simd::wide() {
+        // SAFETY: AVX2/FMA/F16C/AVX512F implied by `wide`; 64-wide queries of equal shape and rows in bounds (asserted above).
+        return unsafe { T::dot_rows2_64(q, rows, stride, offset, scale, out) };
+    }
+    let [o0, o1] = out;
+    T::dot_rows(q[0], rows, stride, offset, scale, o0);
+    T::dot_rows(q[1], rows, stride, offset, scale, o1);
+}
+
+/// [`axpy_rows`] (f32 rows) or [`axpy_rows_f16`] for two outputs over the
+/// same rows: `y[h]` gets exactly what `axpy_rows(y[h], p[h], …)` gives,
+/// sharing each row's loads and fused multiply-adds as [`dot_rows2`] does.
+pub fn axpy_rows2<T: RowValue>(y: [&mut [f32]; 2], p: [&[f32]; 2], rows: &[T], stride: usize, offset: usize) {
+    let n = y[0].len();
+    assert!(y[1].len() == n && p[0].len() == p[1].len(), "axpy_rows2: the two outputs differ in shape");
+    if let Some(last) = p[0].len().checked_sub(1) {
+        assert!(last * stride + offset + n <= rows.len(), "axpy_rows2: rows too short");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if n == 64 && crate::simd::wide() {
+        // SAFETY: AVX2/FMA/F16C/AVX512F implied by `wide`; 64-wide outputs of equal shape and rows in bounds (asserted above).
+        return unsafe { T::axpy_rows2_64(y, p, rows, stride, offset) };
+    }
+    let [y0, y1] = y;
+    T::axpy_rows(y0, p[0], rows, stride, offset);
+    T::axpy_rows(y1, p[1], rows, stride, offset);
+}
+
+/// A value type of cached K/V rows: f32, or f16 bits (widened exactly as
+/// they are read).
+pub trait RowValue: Copy + private::Sealed {
+    /// [`dot_rows`] or [`dot_rows_f16`].
+    fn dot_rows(q: &[f32], rows: &[Self], stride: usize, offset: usize, scale: f32, out: &mut [f32]);
+    /// [`axpy_rows`] or [`axpy_rows_f16`].
+    fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[Self], stride: usize, offset: usize);
+    /// `heads512::dot_rows2_64` over these rows.
+    ///
+    /// # Safety
+    /// As `heads512::dot_rows2_64`.
+    #[doc(hidden)]
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot_rows2_64(q: [&[f32]; 2], rows: &[Self], stride: usize, offset: usize, scale: f32, out: [&mut [f32]; 2]);
+    /// `heads512::axpy_rows2_64` over these rows.
+    ///
+    /// # Safety
+    /// As `heads512::axpy_rows2_64`.
+    #[doc(hidden)]
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn axpy_rows2_64(y: [&mut [f32]; 2], p: [&[f32]; 2], rows: &[Self], stride: usize, offset: usize);
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u16 {}
+}
+
+impl RowValue for f32 {
+    fn dot_rows(q: &[f32], rows: &[f32], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+        dot_rows(q, rows, stride, offset, scale, out)
+    }
+    fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[f32], stride: usize, offset: usize) {
+        axpy_rows(y, p, rows, stride, offset)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot_rows2_64(q: [&[f32]; 2], rows: &[f32], stride: usize, offset: usize, scale: f32, out: [&mut [f32]; 2]) {
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { crate::simd::heads512::dot_rows2_64(q, rows, stride, offset, scale, out) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn axpy_rows2_64(y: [&mut [f32]; 2], p: [&[f32]; 2], rows: &[f32], stride: usize, offset: usize) {
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { crate::simd::heads512::axpy_rows2_64(y, p, rows, stride, offset) }
+    }
+}
+
+impl RowValue for u16 {
+    fn dot_rows(q: &[f32], rows: &[u16], stride: usize, offset: usize, scale: f32, out: &mut [f32]) {
+        dot_rows_f16(q, rows, stride, offset, scale, out)
+    }
+    fn axpy_rows(y: &mut [f32], p: &[f32], rows: &[u16], stride: usize, offset: usize) {
+        axpy_rows_f16(y, p, rows, stride, offset)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot_rows2_64(q: [&[f32]; 2], rows: &[u16], stride: usize, offset: usize, scale: f32, out: [&mut [f32]; 2]) {
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { crate::simd::heads512::dot_rows2_64(q, rows, stride, offset, scale, out) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn axpy_rows2_64(y: [&mut [f32]; 2], p: [&[f32]; 2], rows: &[u16], stride: usize, offset: usize) {
+        // SAFETY: the caller upholds this function's `# Safety` contract.
+        unsafe { crate::simd::heads512::axpy_rows2_64(y, p, rows, stride, offset) }
+    }
+}
+
 /// `f(j, row_j)` for rows `j < count`, each row `rows[j·stride + offset..][..k]`
 /// widened exactly from f16 into one buffer (on the stack for heads up to
 /// 256 wide).
@@ -462,6 +569,60 @@ mod tests {
                 let mut got = y0.clone();
                 f(&mut got, &p, &rows, stride, offset);
                 assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "axpy_rows_f16 hd {hd} n {n}");
+            }
+        }
+    }
+
+    /// The paired row ops give each query or output the bits of the single
+    /// ops' scalar twins, over f32 and f16 rows, on the 512-bit kernels
+    /// (where the CPU has them) and on the fallback.
+    #[test]
+    fn paired_row_ops_equal_single_ones() {
+        for (hd, n) in [8, 40, 64].into_iter().flat_map(|hd| [0, 1, 3, 4, 5, 8, 37].map(|n| (hd, n))) {
+            let (stride, offset) = (3 * hd + 8, hd + 8);
+            let wide = data(n.max(1) * stride + offset + hd, 2.0);
+            let mut half = vec![0u16; wide.len()];
+            f32_to_f16(&wide, &mut half);
+            let widened: Vec<f32> = half.iter().map(|&h| crate::quant::formats::f16_to_f32(h)).collect();
+            let q = [data(hd + 3, 1.5)[3..].to_vec(), data(hd + 7, 1.25)[7..].to_vec()];
+            let p = [data(n + 5, 1.0)[5..].to_vec(), data(n + 11, 1.0)[11..].to_vec()];
+            let y0 = [data(hd + 9, 0.5)[9..].to_vec(), data(hd + 13, 0.5)[13..].to_vec()];
+            for (name, f32_rows) in [("f32", &wide), ("f16", &widened)] {
+                let want: Vec<Vec<f32>> = (0..2)
+                    .map(|h| {
+                        let mut o = vec![0f32; n];
+                        dot_rows_scalar(&q[h], f32_rows, stride, offset, 0.125, &mut o);
+                        o
+                    })
+                    .collect();
+                let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+                if name == "f32" {
+                    dot_rows2([&q[0], &q[1]], &wide, stride, offset, 0.125, [&mut a, &mut b]);
+                } else {
+                    dot_rows2([&q[0], &q[1]], &half, stride, offset, 0.125, [&mut a, &mut b]);
+                }
+                for (h, got) in [a, b].iter().enumerate() {
+                    assert!(got.iter().zip(&want[h]).all(|(x, y)| x.to_bits() == y.to_bits()), "dot_rows2 {name} hd {hd} n {n} query {h}");
+                }
+                let want: Vec<Vec<f32>> = (0..2)
+                    .map(|h| {
+                        let mut y = y0[h].clone();
+                        axpy_rows_scalar(&mut y, &p[h], f32_rows, stride, offset);
+                        y
+                    })
+                    .collect();
+                let (mut a, mut b) = (y0[0].clone(), y0[1].clone());
+                if name == "f32" {
+                    axpy_rows2([&mut a, &mut b], [&p[0], &p[1]], &wide, stride, offset);
+                } else {
+                    axpy_rows2([&mut a, &mut b], [&p[0], &p[1]], &half, stride, offset);
+                }
+                for (h, got) in [a, b].iter().enumerate() {
+                    assert!(
+                        got.iter().zip(&want[h]).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "axpy_rows2 {name} hd {hd} n {n} output {h}"
+                    );
+                }
             }
         }
     }

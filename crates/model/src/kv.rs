@@ -222,6 +222,28 @@ impl Rows<'_> {
             Rows::F16(r) => tandem_kernels::ops::axpy_rows_f16(y, p, &r[at..], stride, offset),
         }
     }
+
+    /// [`ops::dot_rows2`](tandem_kernels::ops::dot_rows2): two queries over
+    /// the same rows from value `at` on, each with the bits of
+    /// [`Rows::dot_rows`].
+    #[inline]
+    pub(crate) fn dot_rows2(&self, q: [&[f32]; 2], at: usize, stride: usize, offset: usize, scale: f32, out: [&mut [f32]; 2]) {
+        match self {
+            Rows::F32(r) => tandem_kernels::ops::dot_rows2(q, &r[at..], stride, offset, scale, out),
+            Rows::F16(r) => tandem_kernels::ops::dot_rows2(q, &r[at..], stride, offset, scale, out),
+        }
+    }
+
+    /// [`ops::axpy_rows2`](tandem_kernels::ops::axpy_rows2): two outputs
+    /// over the same rows from value `at` on, each with the bits of
+    /// [`Rows::axpy_rows`].
+    #[inline]
+    pub(crate) fn axpy_rows2(&self, y: [&mut [f32]; 2], p: [&[f32]; 2], at: usize, stride: usize, offset: usize) {
+        match self {
+            Rows::F32(r) => tandem_kernels::ops::axpy_rows2(y, p, &r[at..], stride, offset),
+            Rows::F16(r) => tandem_kernels::ops::axpy_rows2(y, p, &r[at..], stride, offset),
+        }
+    }
 }
 
 /// A saved cache state.

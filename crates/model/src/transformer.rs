@@ -960,6 +960,27 @@ impl AttnShape {
     }
 }
 
+/// A part of two rows' positions in a block: positions only row `k` of the
+/// two attends (`One(k, a, b)`), or positions both attend (`Both(a, b)`).
+/// Ranges are half-open and may be empty.
+enum PairPart {
+    One(usize, usize, usize),
+    Both(usize, usize),
+}
+
+/// Two rows' position ranges as the parts each attends alone and the part
+/// both attend, in an order that keeps each row's positions ascending (what
+/// a row has alone before the shared part, the shared part, what it has
+/// alone after), so value rows still accumulate in position order.
+fn pair_parts([(a0, b0), (a1, b1)]: [(usize, usize); 2]) -> [PairPart; 5] {
+    use PairPart::*;
+    let (lo, hi) = (a0.max(a1), b0.min(b1));
+    if lo >= hi {
+        return [One(0, a0, b0), One(1, a1, b1), Both(0, 0), One(0, 0, 0), One(1, 0, 0)];
+    }
+    [One(0, a0, lo), One(1, a1, lo), Both(lo, hi), One(0, hi, b0), One(1, hi, b1)]
+}
+
 /// Causal attention of `m` consecutive rows of one sequence, one head per
 /// unit of work: each block of cached keys (then values) of the head is read
 /// once from memory for all rows. At long contexts the cache is larger than
@@ -992,13 +1013,37 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
                 SCORES.with(|sc| {
                     let mut sc = sc.borrow_mut();
                     let sc = resize(&mut sc, m * span);
+                    // rows in pairs: a pair shares each key and value row's
+                    // loads and arithmetic where their positions overlap
                     for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
-                        for i in 0..m {
-                            let (a, b) = (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
-                            let qh = &q[i * qd + h * hd..][..hd];
-                            lr.runs(a, b, |a, b, at| {
-                                lr.k.dot_rows(qh, at, kvd, off, scale, &mut sc[i * span + a - lo..i * span + b - lo]);
-                            });
+                        let range = |i: usize| (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
+                        for (pair, sp) in sc.chunks_mut(2 * span).enumerate() {
+                            let i = 2 * pair;
+                            let qi = |i: usize| &q[i * qd + h * hd..][..hd];
+                            if sp.len() == span {
+                                let (a, b) = range(i);
+                                lr.runs(a, b, |a, b, at| lr.k.dot_rows(qi(i), at, kvd, off, scale, &mut sp[a - lo..b - lo]));
+                                continue;
+                            }
+                            let (s0, s1) = sp.split_at_mut(span);
+                            for part in pair_parts([range(i), range(i + 1)]) {
+                                match part {
+                                    PairPart::One(k, a, b) => {
+                                        let sk = if k == 0 { &mut *s0 } else { &mut *s1 };
+                                        lr.runs(a, b, |a, b, at| lr.k.dot_rows(qi(i + k), at, kvd, off, scale, &mut sk[a - lo..b - lo]));
+                                    }
+                                    PairPart::Both(a, b) => lr.runs(a, b, |a, b, at| {
+                                        lr.k.dot_rows2(
+                                            [qi(i), qi(i + 1)],
+                                            at,
+                                            kvd,
+                                            off,
+                                            scale,
+                                            [&mut s0[a - lo..b - lo], &mut s1[a - lo..b - lo]],
+                                        )
+                                    }),
+                                }
+                            }
                         }
                     }
                     for i in 0..m {
@@ -1007,11 +1052,30 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
                     }
                     o.iter_mut().for_each(|v| *v = 0.0);
                     for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
-                        for (i, oi) in o.chunks_exact_mut(hd).enumerate() {
-                            let (a, b) = (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
-                            lr.runs(a, b, |a, b, at| {
-                                lr.v.axpy_rows(oi, &sc[i * span + a - lo..i * span + b - lo], at, kvd, off);
-                            });
+                        let range = |i: usize| (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
+                        for (pair, op) in o.chunks_mut(2 * hd).enumerate() {
+                            let i = 2 * pair;
+                            let si = |i: usize, a: usize, b: usize| &sc[i * span + a - lo..i * span + b - lo];
+                            if op.len() == hd {
+                                let (a, b) = range(i);
+                                lr.runs(a, b, |a, b, at| lr.v.axpy_rows(op, si(i, a, b), at, kvd, off));
+                                continue;
+                            }
+                            let (o0, o1) = op.split_at_mut(hd);
+                            // each row's positions stay in order: what it has
+                            // alone before the shared part, the shared part,
+                            // what it has alone after
+                            for part in pair_parts([range(i), range(i + 1)]) {
+                                match part {
+                                    PairPart::One(k, a, b) => {
+                                        let ok = if k == 0 { &mut *o0 } else { &mut *o1 };
+                                        lr.runs(a, b, |a, b, at| lr.v.axpy_rows(ok, si(i + k, a, b), at, kvd, off));
+                                    }
+                                    PairPart::Both(a, b) => lr.runs(a, b, |a, b, at| {
+                                        lr.v.axpy_rows2([&mut *o0, &mut *o1], [si(i, a, b), si(i + 1, a, b)], at, kvd, off)
+                                    }),
+                                }
+                            }
                         }
                     }
                 });
@@ -1056,13 +1120,21 @@ fn attention_groups(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: u
             SCORES.with(|sc| {
                 let mut sc = sc.borrow_mut();
                 let sc = resize(&mut sc, group * span);
+                // query heads in pairs: a pair shares each key and value
+                // row's loads and arithmetic
+                let qj = |j: usize| &q[i * qd + (g * group + j) * hd..][..hd];
                 for p0 in (lo / POS_BLOCK * POS_BLOCK..n).step_by(POS_BLOCK) {
                     let (a, b) = (p0.max(lo), (p0 + POS_BLOCK).min(n));
-                    for j in 0..group {
-                        let qh = &q[i * qd + (g * group + j) * hd..][..hd];
-                        lr.runs(a, b, |a, b, at| {
-                            lr.k.dot_rows(qh, at, kvd, off, scale, &mut sc[j * span + a - lo..j * span + b - lo]);
-                        });
+                    for (pair, sp) in sc.chunks_mut(2 * span).enumerate() {
+                        let j = 2 * pair;
+                        if sp.len() == span {
+                            lr.runs(a, b, |a, b, at| lr.k.dot_rows(qj(j), at, kvd, off, scale, &mut sp[a - lo..b - lo]));
+                        } else {
+                            let (s0, s1) = sp.split_at_mut(span);
+                            lr.runs(a, b, |a, b, at| {
+                                lr.k.dot_rows2([qj(j), qj(j + 1)], at, kvd, off, scale, [&mut s0[a - lo..b - lo], &mut s1[a - lo..b - lo]])
+                            });
+                        }
                     }
                 }
                 for j in 0..group {
@@ -1071,10 +1143,15 @@ fn attention_groups(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: u
                 o.iter_mut().for_each(|v| *v = 0.0);
                 for p0 in (lo / POS_BLOCK * POS_BLOCK..n).step_by(POS_BLOCK) {
                     let (a, b) = (p0.max(lo), (p0 + POS_BLOCK).min(n));
-                    for (j, oj) in o.chunks_exact_mut(hd).enumerate() {
-                        lr.runs(a, b, |a, b, at| {
-                            lr.v.axpy_rows(oj, &sc[j * span + a - lo..j * span + b - lo], at, kvd, off);
-                        });
+                    for (pair, op) in o.chunks_mut(2 * hd).enumerate() {
+                        let j = 2 * pair;
+                        let sj = |j: usize, a: usize, b: usize| &sc[j * span + a - lo..j * span + b - lo];
+                        if op.len() == hd {
+                            lr.runs(a, b, |a, b, at| lr.v.axpy_rows(op, sj(j, a, b), at, kvd, off));
+                        } else {
+                            let (o0, o1) = op.split_at_mut(hd);
+                            lr.runs(a, b, |a, b, at| lr.v.axpy_rows2([&mut *o0, &mut *o1], [sj(j, a, b), sj(j + 1, a, b)], at, kvd, off));
+                        }
                     }
                 }
             });

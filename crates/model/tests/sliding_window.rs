@@ -12,9 +12,12 @@ use tandem_model::synthetic::{synthetic_llama, SyntheticSpec};
 use tandem_model::{ForwardOutput, HiddenTap, KvCache, KvType, LogitRows, Model, Segment, SegmentLogits};
 
 /// A synthetic Gemma 3 model; odd seeds keep their caches in f16 rows, so
-/// every property also runs on rings of f16 rows.
+/// every property also runs on rings of f16 rows, and seeds with bit 1 set
+/// have 64-wide heads (where the attention kernels keep a head in
+/// registers and pair rows on 512-bit registers).
 fn gemma(window: usize, seed: u64, n_layer: usize, ty: GgmlType) -> Model {
-    let spec = SyntheticSpec { window: Some(window), seed, n_layer, ty, ctx: 1024, ..Default::default() };
+    let d_model = if seed & 2 != 0 { 128 } else { 64 };
+    let spec = SyntheticSpec { window: Some(window), seed, n_layer, ty, ctx: 1024, d_model, ..Default::default() };
     let md = Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap();
     md.set_kv_type(if seed % 2 == 1 { KvType::F16 } else { KvType::F32 });
     md

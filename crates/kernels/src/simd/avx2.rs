@@ -364,7 +364,7 @@ pub(crate) unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 /// value rows of a layer were written a step ago and have since been pushed
 /// out by the weights, so without a hint every head row (256 bytes at stride
 /// `kv_dim`) waits on L3 or memory.
-const PREFETCH_ROWS: usize = 12;
+pub(crate) const PREFETCH_ROWS: usize = 12;
 
 /// What a cached K/V row holds: f32, or f16 bits widened (exactly) as
 /// they are loaded. The attention kernels below are written once over it,

@@ -97,6 +97,8 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod heads512;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
