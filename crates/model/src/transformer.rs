@@ -981,9 +981,10 @@ fn pair_parts([(a0, b0), (a1, b1)]: [(usize, usize); 2]) -> [PairPart; 5] {
     [One(0, a0, lo), One(1, a1, lo), Both(lo, hi), One(0, hi, b0), One(1, hi, b1)]
 }
 
-/// Causal attention of `m` consecutive rows of one sequence, one head per
-/// unit of work: each block of cached keys (then values) of the head is read
-/// once from memory for all rows. At long contexts the cache is larger than
+/// Causal attention of `m` consecutive rows of one sequence, one query head
+/// (or one key/value head's group of them) per unit of work: each block of
+/// cached keys (then values) of the head is read once from memory for all
+/// rows (and heads). At long contexts the cache is larger than
 /// the weights and a row-by-row pass streams it once per row, so a verify
 /// row cost most of a plain step; here it costs its arithmetic.
 ///
@@ -1000,80 +1001,93 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
     let lo = lr.first(base);
     let last = base + m;
     let span = last - lo;
+    // query heads per unit: a whole group where the groups divide evenly
+    // over the threads (each key/value block then serves every head of the
+    // group), else one
+    let hs = if cfg.n_kv_head.is_multiple_of(pool.threads()) { group } else { 1 };
     HEAD_ROWS.with(|tmp| {
         let mut tmp = tmp.borrow_mut();
         let tmp = resize(&mut tmp, nh * m * hd);
         pool.run_pieces(
             tmp,
-            m * hd,
+            hs * m * hd,
             |u| u,
             || (),
-            |_, h, o| {
-                let off = (h / group) * hd;
+            |_, u, o| {
+                let off = (u * hs / group) * hd;
                 SCORES.with(|sc| {
                     let mut sc = sc.borrow_mut();
-                    let sc = resize(&mut sc, m * span);
+                    let sc = resize(&mut sc, hs * m * span);
                     // rows in pairs: a pair shares each key and value row's
                     // loads and arithmetic where their positions overlap
                     for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
                         let range = |i: usize| (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
-                        for (pair, sp) in sc.chunks_mut(2 * span).enumerate() {
-                            let i = 2 * pair;
+                        for (hh, sh) in sc.chunks_mut(m * span).enumerate() {
+                            let h = u * hs + hh;
                             let qi = |i: usize| &q[i * qd + h * hd..][..hd];
-                            if sp.len() == span {
-                                let (a, b) = range(i);
-                                lr.runs(a, b, |a, b, at| lr.k.dot_rows(qi(i), at, kvd, off, scale, &mut sp[a - lo..b - lo]));
-                                continue;
-                            }
-                            let (s0, s1) = sp.split_at_mut(span);
-                            for part in pair_parts([range(i), range(i + 1)]) {
-                                match part {
-                                    PairPart::One(k, a, b) => {
-                                        let sk = if k == 0 { &mut *s0 } else { &mut *s1 };
-                                        lr.runs(a, b, |a, b, at| lr.k.dot_rows(qi(i + k), at, kvd, off, scale, &mut sk[a - lo..b - lo]));
+                            for (pair, sp) in sh.chunks_mut(2 * span).enumerate() {
+                                let i = 2 * pair;
+                                if sp.len() == span {
+                                    let (a, b) = range(i);
+                                    lr.runs(a, b, |a, b, at| lr.k.dot_rows(qi(i), at, kvd, off, scale, &mut sp[a - lo..b - lo]));
+                                    continue;
+                                }
+                                let (s0, s1) = sp.split_at_mut(span);
+                                for part in pair_parts([range(i), range(i + 1)]) {
+                                    match part {
+                                        PairPart::One(k, a, b) => {
+                                            let sk = if k == 0 { &mut *s0 } else { &mut *s1 };
+                                            lr.runs(a, b, |a, b, at| {
+                                                lr.k.dot_rows(qi(i + k), at, kvd, off, scale, &mut sk[a - lo..b - lo])
+                                            });
+                                        }
+                                        PairPart::Both(a, b) => lr.runs(a, b, |a, b, at| {
+                                            lr.k.dot_rows2(
+                                                [qi(i), qi(i + 1)],
+                                                at,
+                                                kvd,
+                                                off,
+                                                scale,
+                                                [&mut s0[a - lo..b - lo], &mut s1[a - lo..b - lo]],
+                                            )
+                                        }),
                                     }
-                                    PairPart::Both(a, b) => lr.runs(a, b, |a, b, at| {
-                                        lr.k.dot_rows2(
-                                            [qi(i), qi(i + 1)],
-                                            at,
-                                            kvd,
-                                            off,
-                                            scale,
-                                            [&mut s0[a - lo..b - lo], &mut s1[a - lo..b - lo]],
-                                        )
-                                    }),
                                 }
                             }
                         }
                     }
-                    for i in 0..m {
-                        let r = i * span;
-                        ops::softmax_inplace(&mut sc[r + lr.first(base + i) - lo..r + base + i + 1 - lo]);
+                    for sh in sc.chunks_mut(m * span) {
+                        for i in 0..m {
+                            let r = i * span;
+                            ops::softmax_inplace(&mut sh[r + lr.first(base + i) - lo..r + base + i + 1 - lo]);
+                        }
                     }
                     o.iter_mut().for_each(|v| *v = 0.0);
                     for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
                         let range = |i: usize| (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
-                        for (pair, op) in o.chunks_mut(2 * hd).enumerate() {
-                            let i = 2 * pair;
-                            let si = |i: usize, a: usize, b: usize| &sc[i * span + a - lo..i * span + b - lo];
-                            if op.len() == hd {
-                                let (a, b) = range(i);
-                                lr.runs(a, b, |a, b, at| lr.v.axpy_rows(op, si(i, a, b), at, kvd, off));
-                                continue;
-                            }
-                            let (o0, o1) = op.split_at_mut(hd);
-                            // each row's positions stay in order: what it has
-                            // alone before the shared part, the shared part,
-                            // what it has alone after
-                            for part in pair_parts([range(i), range(i + 1)]) {
-                                match part {
-                                    PairPart::One(k, a, b) => {
-                                        let ok = if k == 0 { &mut *o0 } else { &mut *o1 };
-                                        lr.runs(a, b, |a, b, at| lr.v.axpy_rows(ok, si(i + k, a, b), at, kvd, off));
+                        for (oh, sh) in o.chunks_mut(m * hd).zip(sc.chunks(m * span)) {
+                            let si = |i: usize, a: usize, b: usize| &sh[i * span + a - lo..i * span + b - lo];
+                            for (pair, op) in oh.chunks_mut(2 * hd).enumerate() {
+                                let i = 2 * pair;
+                                if op.len() == hd {
+                                    let (a, b) = range(i);
+                                    lr.runs(a, b, |a, b, at| lr.v.axpy_rows(op, si(i, a, b), at, kvd, off));
+                                    continue;
+                                }
+                                let (o0, o1) = op.split_at_mut(hd);
+                                // each row's positions stay in order: what it has
+                                // alone before the shared part, the shared part,
+                                // what it has alone after
+                                for part in pair_parts([range(i), range(i + 1)]) {
+                                    match part {
+                                        PairPart::One(k, a, b) => {
+                                            let ok = if k == 0 { &mut *o0 } else { &mut *o1 };
+                                            lr.runs(a, b, |a, b, at| lr.v.axpy_rows(ok, si(i + k, a, b), at, kvd, off));
+                                        }
+                                        PairPart::Both(a, b) => lr.runs(a, b, |a, b, at| {
+                                            lr.v.axpy_rows2([&mut *o0, &mut *o1], [si(i, a, b), si(i + 1, a, b)], at, kvd, off)
+                                        }),
                                     }
-                                    PairPart::Both(a, b) => lr.runs(a, b, |a, b, at| {
-                                        lr.v.axpy_rows2([&mut *o0, &mut *o1], [si(i, a, b), si(i + 1, a, b)], at, kvd, off)
-                                    }),
                                 }
                             }
                         }
@@ -1170,6 +1184,15 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
         }
     }
     if let Kv::Segs { .. } = kv {
+        return attention_groups(pool, cfg, kv, layer, m, q, out);
+    }
+    // A decode step's row by key/value head: the query heads of a group
+    // read the head's cached rows once instead of once each, which at long
+    // contexts (where the cache no longer fits the core's caches) is most of
+    // attention's time. Only where the groups divide evenly over the
+    // threads: with fewer, larger units than query heads, an uneven split
+    // cost more than it saved (docs/experiments/009 §10).
+    if m == 1 && cfg.n_kv_head.is_multiple_of(pool.threads()) {
         return attention_groups(pool, cfg, kv, layer, m, q, out);
     }
     let AttnShape { hd, kvd, qd, group, scale, nh } = AttnShape::of(cfg);
