@@ -342,6 +342,9 @@ thread_local! {
 /// key and value blocks (a verify pass); wider ones (a prompt) are split by
 /// (row, head), which balances the threads better.
 const ROW_BATCH_MAX: usize = 64;
+/// Cached positions from which a decode step attends by key/value head
+/// even where the groups split unevenly over the threads (see `attention`).
+const GROUP_SPAN_MIN: usize = 1536;
 /// Cached positions per block: a block's keys or values of one head (64 ×
 /// head size floats) stay in L1 while every row of the batch uses them.
 const POS_BLOCK: usize = 64;
@@ -871,7 +874,13 @@ impl Model {
                     rope_row(cfg, s, m, i, c.len() + i - starts[j]);
                 }
             }
-            self.run_layers(pool, &mut Kv::Segs { caches: &mut *caches, starts: &starts }, m, taps, s, out)?;
+            // one sequence (a server with one client) attends as `forward`
+            // does: a verify's rows share each cached block
+            if let [one] = &mut *caches {
+                self.run_layers(pool, &mut Kv::One(one), m, taps, s, out)?;
+            } else {
+                self.run_layers(pool, &mut Kv::Segs { caches: &mut *caches, starts: &starts }, m, taps, s, out)?;
+            }
             for (j, c) in caches.iter_mut().enumerate() {
                 c.commit(starts[j + 1] - starts[j]);
             }
@@ -1103,10 +1112,11 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
     });
 }
 
-/// Causal attention of rows of several sequences (a batch step), one unit
-/// of work per (row, key/value head): the query heads that share a
-/// key/value head walk its positions together, block by block, so each
-/// block is read from memory once for all of them. Rows of different
+/// Causal attention of rows of several sequences (a batch step), of a
+/// prompt chunk, or of a decode step at a long span, one unit of work per
+/// (row, key/value head): the query heads that share a key/value head walk
+/// its positions together, block by block, so each block is read from
+/// memory once for all of them. Rows of different
 /// sequences share nothing, and a step of 8–16 sequences reads 8–16
 /// caches; reading each once instead of once per query head is what
 /// keeps their attention near the cost of the bytes.
@@ -1182,23 +1192,26 @@ fn attention(pool: &ThreadPool, cfg: &Config, kv: &Kv, layer: usize, m: usize, q
         if (2..=ROW_BATCH_MAX).contains(&m) {
             return attention_rows(pool, cfg, cache, layer, m, q, out);
         }
+        // A decode step's row by key/value head: the query heads of a
+        // group read the head's cached rows once instead of once each.
+        // Where the groups do not divide evenly over the threads, the
+        // uneven split costs more than the reads save until the span is
+        // long (on an Intel Xeon with 2 threads, SmolLM2's 3 groups broke
+        // even near 1,200 positions and were 13% faster at 1,700,
+        // docs/experiments/009 §10). Prompt chunks always go by group:
+        // they have units enough to balance.
+        let pos = cache.len();
+        let span = pos + 1 - cache.rows(layer).first(pos);
+        if m > ROW_BATCH_MAX || cfg.n_kv_head.is_multiple_of(pool.threads()) || span >= GROUP_SPAN_MIN {
+            return attention_groups(pool, cfg, kv, layer, m, q, out);
+        }
     }
     if let Kv::Segs { .. } = kv {
         return attention_groups(pool, cfg, kv, layer, m, q, out);
     }
-    // A decode step's row by key/value head: the query heads of a group
-    // read the head's cached rows once instead of once each, which at long
-    // contexts (where the cache no longer fits the core's caches) is most of
-    // attention's time. Only where the groups divide evenly over the
-    // threads: with fewer, larger units than query heads, an uneven split
-    // cost more than it saved (docs/experiments/009 §10).
-    if m == 1 && cfg.n_kv_head.is_multiple_of(pool.threads()) {
-        return attention_groups(pool, cfg, kv, layer, m, q, out);
-    }
     let AttnShape { hd, kvd, qd, group, scale, nh } = AttnShape::of(cfg);
-    // unit u is head u / m of row u % m: head-major, so that a thread's units
-    // share key/value heads across the rows of a verify batch and the cache
-    // lines one row brings in serve the next from this core's cache
+    // a decode step at a short span: unit u is head u / m of row u % m
+    // (m is 1), so that the query heads split evenly over the threads
     pool.run_pieces(
         &mut out[..m * qd],
         hd,
