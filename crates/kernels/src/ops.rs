@@ -400,9 +400,22 @@ pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 /// In-place softmax of one row; returns the row's max and `Σ exp(x − max)`
 /// (for a log-sum-exp).
 pub fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
+    match simd_level() {
+        // SAFETY: `wide` checked the 512-bit kernels' features.
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 if crate::simd::wide() => unsafe { crate::simd::avx512::softmax_inplace(x) },
+        // SAFETY: AVX2/FMA checked by simd_level.
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => unsafe { crate::simd::avx2::softmax_inplace(x) },
+        _ => softmax_scalar(x),
+    }
+}
+
+/// Scalar twin of [`softmax_inplace`].
+pub fn softmax_scalar(x: &mut [f32]) -> (f32, f32) {
     let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    exp_sub_inplace(x, mx);
-    let s = sum_f32(x);
+    x.iter_mut().for_each(|v| *v = exp_scalar(*v - mx));
+    let s = sum_f32_scalar(x);
     let inv = 1.0 / s;
     x.iter_mut().for_each(|v| *v *= inv);
     (mx, s)
@@ -492,6 +505,45 @@ mod tests {
                 crate::simd::avx2::axpy(&mut y1, 0.3, &a);
                 let y2: Vec<f32> = b.iter().zip(&a).map(|(y, x)| 0.3f32.mul_add(*x, *y)).collect();
                 assert!(y1.iter().zip(&y2).all(|(p, q)| p.to_bits() == q.to_bits()));
+            }
+        }
+    }
+
+    /// The softmax kernels (8 lanes; 16 where the 512-bit kernels run) give
+    /// the scalar twin's bits, its max and its sum, for every tail length and
+    /// with masked (−∞) and NaN entries.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn softmax_kernels_match_scalar_twin() {
+        if simd_level() != SimdLevel::Avx2 {
+            return;
+        }
+        for n in [1, 7, 8, 9, 15, 16, 17, 23, 24, 31, 33, 64, 577, 2400] {
+            for case in 0..3 {
+                let mut a = data(n, 12.0);
+                if case >= 1 {
+                    for v in a.iter_mut().step_by(5) {
+                        *v = f32::NEG_INFINITY;
+                    }
+                }
+                if case == 2 {
+                    a[n / 2] = f32::NAN;
+                }
+                let mut want = a.clone();
+                let (m0, s0) = softmax_scalar(&mut want);
+                let same = |got: &[f32], m: f32, s: f32| {
+                    m.to_bits() == m0.to_bits()
+                        && s.to_bits() == s0.to_bits()
+                        && got.iter().zip(&want).all(|(p, q)| p.to_bits() == q.to_bits())
+                };
+                let mut got = a.clone();
+                let (m, s) = unsafe { crate::simd::avx2::softmax_inplace(&mut got) };
+                assert!(same(&got, m, s), "avx2 softmax n {n} case {case}");
+                if crate::simd::wide_available() {
+                    let mut got = a.clone();
+                    let (m, s) = unsafe { crate::simd::avx512::softmax_inplace(&mut got) };
+                    assert!(same(&got, m, s), "avx512 softmax n {n} case {case}");
+                }
             }
         }
     }

@@ -1014,26 +1014,36 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
     // over the threads (each key/value block then serves every head of the
     // group), else one
     let hs = if cfg.n_kv_head.is_multiple_of(pool.threads()) { group } else { 1 };
+    // rows in parts where the units of heads would not divide evenly over
+    // the threads (SmolLM2's 9 heads on 2 threads left one thread a fifth
+    // of the attention idle); parts of at least two rows keep rows in pairs
+    let units = nh / hs;
+    let rs = if units.is_multiple_of(pool.threads()) || m < 2 * pool.threads() { 1 } else { pool.threads() };
+    // rows per part, even so that parts start on a pair
+    let mp = m.div_ceil(2 * rs) * 2;
     HEAD_ROWS.with(|tmp| {
         let mut tmp = tmp.borrow_mut();
-        let tmp = resize(&mut tmp, nh * m * hd);
+        let tmp = resize(&mut tmp, units * rs * hs * mp * hd);
         pool.run_pieces(
             tmp,
-            hs * m * hd,
+            hs * mp * hd,
             |u| u,
             || (),
             |_, u, o| {
+                let (u, r0) = (u / rs, (u % rs) * mp);
+                // rows r0..r0 + mr of heads u·hs..(u + 1)·hs; o holds mp rows a head
+                let mr = mp.min(m.saturating_sub(r0));
                 let off = (u * hs / group) * hd;
                 SCORES.with(|sc| {
                     let mut sc = sc.borrow_mut();
-                    let sc = resize(&mut sc, hs * m * span);
+                    let sc = resize(&mut sc, hs * mr * span);
                     // rows in pairs: a pair shares each key and value row's
                     // loads and arithmetic where their positions overlap
                     for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
-                        let range = |i: usize| (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
-                        for (hh, sh) in sc.chunks_mut(m * span).enumerate() {
+                        let range = |i: usize| (p0.max(lr.first(base + r0 + i)), (p0 + POS_BLOCK).min(base + r0 + i + 1));
+                        for (hh, sh) in sc.chunks_mut(mr * span).enumerate() {
                             let h = u * hs + hh;
-                            let qi = |i: usize| &q[i * qd + h * hd..][..hd];
+                            let qi = |i: usize| &q[(r0 + i) * qd + h * hd..][..hd];
                             for (pair, sp) in sh.chunks_mut(2 * span).enumerate() {
                                 let i = 2 * pair;
                                 if sp.len() == span {
@@ -1065,18 +1075,19 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
                             }
                         }
                     }
-                    for sh in sc.chunks_mut(m * span) {
-                        for i in 0..m {
+                    for sh in sc.chunks_mut(mr * span) {
+                        for i in 0..mr {
                             let r = i * span;
-                            ops::softmax_inplace(&mut sh[r + lr.first(base + i) - lo..r + base + i + 1 - lo]);
+                            let g = base + r0 + i;
+                            ops::softmax_inplace(&mut sh[r + lr.first(g) - lo..r + g + 1 - lo]);
                         }
                     }
                     o.iter_mut().for_each(|v| *v = 0.0);
                     for p0 in (lo / POS_BLOCK * POS_BLOCK..last).step_by(POS_BLOCK) {
-                        let range = |i: usize| (p0.max(lr.first(base + i)), (p0 + POS_BLOCK).min(base + i + 1));
-                        for (oh, sh) in o.chunks_mut(m * hd).zip(sc.chunks(m * span)) {
+                        let range = |i: usize| (p0.max(lr.first(base + r0 + i)), (p0 + POS_BLOCK).min(base + r0 + i + 1));
+                        for (oh, sh) in o.chunks_mut(mp * hd).zip(sc.chunks(mr * span)) {
                             let si = |i: usize, a: usize, b: usize| &sh[i * span + a - lo..i * span + b - lo];
-                            for (pair, op) in oh.chunks_mut(2 * hd).enumerate() {
+                            for (pair, op) in oh[..mr * hd].chunks_mut(2 * hd).enumerate() {
                                 let i = 2 * pair;
                                 if op.len() == hd {
                                     let (a, b) = range(i);
@@ -1104,9 +1115,14 @@ fn attention_rows(pool: &ThreadPool, cfg: &Config, cache: &KvCache, layer: usize
                 });
             },
         );
-        for (h, rows) in tmp.chunks_exact(m * hd).enumerate() {
-            for (i, r) in rows.chunks_exact(hd).enumerate() {
-                out[i * qd + h * hd..][..hd].copy_from_slice(r);
+        // piece u·rs + k holds heads u·hs.., rows k·mp.., mp rows a head
+        for (p, piece) in tmp.chunks_exact(hs * mp * hd).enumerate() {
+            let (u, r0) = (p / rs, (p % rs) * mp);
+            for (hh, rows) in piece.chunks_exact(mp * hd).enumerate() {
+                let h = u * hs + hh;
+                for (i, r) in rows.chunks_exact(hd).take(m.saturating_sub(r0)).enumerate() {
+                    out[(r0 + i) * qd + h * hd..][..hd].copy_from_slice(r);
+                }
             }
         }
     });

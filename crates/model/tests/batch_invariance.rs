@@ -19,11 +19,16 @@ fn model(ty: GgmlType, seed: u64, tied: bool) -> Model {
     Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap()
 }
 
-/// A model with the cache type and head width of `variant` (bit 0: f16
-/// rows; bit 1: 64-wide heads).
+/// A model with the cache type and heads of `variant` (bit 0: f16 rows;
+/// bit 1: 64-wide heads; bit 2: three query heads on one key/value head, so
+/// that the heads do not divide evenly over two threads and a verify pass
+/// splits its rows between them).
 fn model_variant(ty: GgmlType, seed: u64, tied: bool, variant: u8) -> Model {
     let mut spec = SyntheticSpec { ty, seed, tied, ..Default::default() };
-    if variant & 2 != 0 {
+    let hd = if variant & 2 != 0 { 64 } else { 32 };
+    if variant & 4 != 0 {
+        (spec.d_model, spec.n_head, spec.n_kv_head) = (3 * hd, 3, 1);
+    } else if variant & 2 != 0 {
         (spec.d_model, spec.n_head, spec.n_kv_head) = (128, 2, 1);
     }
     let md = Model::from_gguf(Arc::new(Gguf::from_bytes(synthetic_llama(&spec)).unwrap())).unwrap();
@@ -41,7 +46,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
     #[test]
     fn batched_rows_equal_single_steps(ty_i in 0usize..TYPES.len(), prefix in 0usize..200, m in 1usize..=16,
-                                       seed in 1u64..1000, tied in any::<bool>(), variant in 0u8..4) {
+                                       seed in 1u64..1000, tied in any::<bool>(), variant in 0u8..8) {
         let md = model_variant(TYPES[ty_i], seed, tied, variant);
         let vocab = md.cfg.vocab as u32;
         let toks: Vec<u32> = (0..prefix + m).map(|i| ((i as u64 * 7919 + seed * 31) % vocab as u64) as u32).collect();
@@ -76,7 +81,7 @@ proptest! {
     /// decoding it alone.
     #[test]
     fn rows_of_different_sequences_equal_their_own_steps(ty_i in 0usize..TYPES.len(), n_seq in 1usize..=7,
-                                                         steps in 1usize..4, seed in 1u64..1000, variant in 0u8..4) {
+                                                         steps in 1usize..4, seed in 1u64..1000, variant in 0u8..8) {
         let md = model_variant(TYPES[ty_i], seed, seed % 2 == 0, variant);
         let vocab = md.cfg.vocab as u64;
         let (d, v) = (md.cfg.d_model, md.cfg.vocab);
@@ -119,7 +124,7 @@ proptest! {
     #[test]
     fn segments_of_different_sequences_equal_their_own_forwards(ty_i in 0usize..TYPES.len(),
                                                                 lens in proptest::collection::vec(1usize..=12, 1..=5),
-                                                                prefix in 0usize..80, seed in 1u64..1000, variant in 0u8..4) {
+                                                                prefix in 0usize..80, seed in 1u64..1000, variant in 0u8..8) {
         let md = model_variant(TYPES[ty_i], seed, seed % 3 == 0, variant);
         let vocab = md.cfg.vocab as u64;
         let (d, v) = (md.cfg.d_model, md.cfg.vocab);
@@ -182,7 +187,7 @@ fn forward_multi_rejects_bad_inputs() {
 
 #[test]
 fn truncate_and_reevaluate_gives_same_bits() {
-    for variant in 0..4 {
+    for variant in 0..8 {
         truncate_and_reevaluate(variant);
     }
 }

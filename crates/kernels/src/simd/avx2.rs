@@ -595,7 +595,7 @@ pub(crate) unsafe fn sum_f32(a: &[f32]) -> f32 {
 /// AVX2, FMA and F16C available (the module's safety contract).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn exp8(x: __m256) -> __m256 {
+pub(crate) unsafe fn exp8(x: __m256) -> __m256 {
     use crate::ops::exp_consts::*;
     let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(LO)), _mm256_set1_ps(HI));
     let n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -632,6 +632,64 @@ pub(crate) unsafe fn exp_sub_inplace(x: &mut [f32], sub: f32) {
         for v in &mut x[full..] {
             *v = crate::ops::exp_scalar(*v - sub);
         }
+    }
+}
+
+/// The parts of `ops::softmax_scalar` in one kernel: the row's max, then
+/// `x[i] = exp(x[i] − max)` added to the sum as it is stored (the lanes and
+/// order of [`sum_f32`], so the sum has its bits), then `x[i] · (1 / sum)`.
+/// The max is exact in any order, and every other step is the scalar twin's
+/// operation per element. A NaN is passed over by the max, as `f32::max`
+/// does. Returns the max and the sum.
+///
+/// # Safety
+/// AVX2, FMA and F16C available (the module's safety contract).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let n = x.len();
+        let full = n / 8 * 8;
+        let p = x.as_mut_ptr();
+        let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut c = 0;
+        while c < full {
+            // `max_ps` returns its second operand where either is NaN
+            m = _mm256_max_ps(_mm256_loadu_ps(p.add(c)), m);
+            c += 8;
+        }
+        let mut mx = f32::NEG_INFINITY;
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        for v in lanes.iter().chain(&x[full..]) {
+            mx = v.max(mx);
+        }
+        let sub = _mm256_set1_ps(mx);
+        let mut acc = _mm256_setzero_ps();
+        let mut c = 0;
+        while c < full {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(c)), sub));
+            _mm256_storeu_ps(p.add(c), e);
+            acc = _mm256_add_ps(acc, e);
+            c += 8;
+        }
+        let mut s = hsum8(acc);
+        for v in &mut x[full..] {
+            *v = crate::ops::exp_scalar(*v - mx);
+            s += *v;
+        }
+        let inv = 1.0 / s;
+        let iv = _mm256_set1_ps(inv);
+        let mut c = 0;
+        while c < full {
+            _mm256_storeu_ps(p.add(c), _mm256_mul_ps(_mm256_loadu_ps(p.add(c)), iv));
+            c += 8;
+        }
+        for v in &mut x[full..] {
+            *v *= inv;
+        }
+        (mx, s)
     }
 }
 

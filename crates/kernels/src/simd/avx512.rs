@@ -207,6 +207,88 @@ pub(crate) unsafe fn dot_q8x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
     }
 }
 
+/// `avx2::softmax_inplace` with the max, the exponentials and the scaling
+/// 16 lanes at a time: per element the same operations, and the sum in the
+/// same 8 lanes and order (each 16 values' low half added, then the high
+/// half), so the result has the same bits.
+///
+/// # Safety
+/// The module's features available (`simd::wide`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
+    use super::avx2::{exp8, hsum8};
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let n = x.len();
+        let (full8, full16) = (n / 8 * 8, n / 16 * 16);
+        let p = x.as_mut_ptr();
+        let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut c = 0;
+        while c < full16 {
+            // `max_ps` returns its second operand where either is NaN
+            m = _mm512_max_ps(_mm512_loadu_ps(p.add(c)), m);
+            c += 16;
+        }
+        let mut lanes = [0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), m);
+        let mx = lanes.iter().chain(&x[full16..]).fold(f32::NEG_INFINITY, |a, &v| v.max(a));
+        let mut acc = _mm256_setzero_ps();
+        let mut c = 0;
+        while c < full16 {
+            let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(c)), _mm512_set1_ps(mx)));
+            _mm512_storeu_ps(p.add(c), e);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e)));
+            acc = _mm256_add_ps(_mm256_add_ps(acc, _mm512_castps512_ps256(e)), hi);
+            c += 16;
+        }
+        if c < full8 {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(c)), _mm256_set1_ps(mx)));
+            _mm256_storeu_ps(p.add(c), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        let mut s = hsum8(acc);
+        for v in &mut x[full8..] {
+            *v = crate::ops::exp_scalar(*v - mx);
+            s += *v;
+        }
+        let inv = 1.0 / s;
+        let iv = _mm512_set1_ps(inv);
+        let mut c = 0;
+        while c < full16 {
+            _mm512_storeu_ps(p.add(c), _mm512_mul_ps(_mm512_loadu_ps(p.add(c)), iv));
+            c += 16;
+        }
+        for v in &mut x[full16..] {
+            *v *= inv;
+        }
+        (mx, s)
+    }
+}
+
+/// exp(x) for 16 lanes: per lane the operations of `avx2::exp8` and of
+/// `ops::exp_scalar`, for half the instructions.
+///
+/// # Safety
+/// AVX512F available.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn exp16(x: __m512) -> __m512 {
+    use crate::ops::exp_consts::*;
+    let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(LO)), _mm512_set1_ps(HI));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut q = _mm512_set1_ps(P[0]);
+    for &c in &P[1..] {
+        q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(c));
+    }
+    let r2 = _mm512_mul_ps(r, r);
+    let e = _mm512_add_ps(_mm512_fmadd_ps(q, r2, r), _mm512_set1_ps(1.0));
+    let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)));
+    _mm512_mul_ps(e, _mm512_castsi512_ps(bits))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
