@@ -487,7 +487,6 @@ impl Packed for PackedQ5 {
     }
 }
 
-/// Q4Kx8 has 256-bit kernels only, like Q6x8; a pair of groups is two calls.
 impl Packed for PackedQ4K {
     const BLOCK: usize = crate::pack::Q4KX8_BLOCK;
     /// # Safety
@@ -508,38 +507,13 @@ impl Packed for PackedQ4K {
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
         // SAFETY: the caller upholds this function's `# Safety` contract.
-        unsafe { two_tiles(Self::tile::<MR>, g0, g1, a, out) }
+        unsafe { crate::simd::avx512::dot_q4kx16::<MR>(g0, g1, a, out) }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q4kx8_scalar(data, k, col, a)
     }
 }
 
-/// An 8-column tile kernel over MR rows.
-#[cfg(target_arch = "x86_64")]
-type Tile<const MR: usize> = unsafe fn(&[u8], [&[ActBlock]; MR], &mut [[f32; 8]; MR]);
-
-/// A pair of groups as two 8-column tiles (for layouts without a 512-bit
-/// kernel); the same bits as one call per group.
-///
-/// # Safety
-/// `tile`'s own contract holds for `g0` and for `g1`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn two_tiles<const MR: usize>(tile: Tile<MR>, g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
-    // SAFETY: the caller upholds this function's `# Safety` contract.
-    unsafe {
-        let (mut o0, mut o1) = ([[0f32; 8]; MR], [[0f32; 8]; MR]);
-        tile(g0, a, &mut o0);
-        tile(g1, a, &mut o1);
-        for m in 0..MR {
-            out[m][..8].copy_from_slice(&o0[m]);
-            out[m][8..].copy_from_slice(&o1[m]);
-        }
-    }
-}
-
-/// Q6x8 has 256-bit kernels only; a pair of groups is two calls (the same bits).
 impl Packed for PackedQ6 {
     const BLOCK: usize = crate::pack::Q6X8_BLOCK;
     /// # Safety
@@ -560,7 +534,7 @@ impl Packed for PackedQ6 {
     #[cfg(target_arch = "x86_64")]
     unsafe fn tile2<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
         // SAFETY: the caller upholds this function's `# Safety` contract.
-        unsafe { two_tiles(Self::tile::<MR>, g0, g1, a, out) }
+        unsafe { crate::simd::avx512::dot_q6x16::<MR>(g0, g1, a, out) }
     }
     fn scalar(data: &[u8], k: usize, col: usize, a: &[ActBlock]) -> f32 {
         crate::pack::dot_q6x8_scalar(data, k, col, a)

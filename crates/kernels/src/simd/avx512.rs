@@ -27,7 +27,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::pack::{Q4X8_BLOCK, Q5X8_BLOCK, Q8X8_BLOCK};
+use crate::pack::{Q4KX8_SUPER, Q4X8_BLOCK, Q5X8_BLOCK, Q6X8_BLOCK, Q8X8_BLOCK};
 use crate::quant::ActBlock;
 use crate::simd::{prefetch_stream, STREAM_AHEAD};
 
@@ -207,6 +207,127 @@ pub(crate) unsafe fn dot_q8x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
     }
 }
 
+/// Two 8-byte halves (group 0's, group 1's) as one 128-bit vector.
+///
+/// # Safety
+/// `p0` and `p1` are valid for 8 bytes each.
+#[inline(always)]
+unsafe fn pair64(p0: *const u8, p1: *const u8) -> __m128i {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe { _mm_unpacklo_epi64(_mm_loadl_epi64(p0 as *const __m128i), _mm_loadl_epi64(p1 as *const __m128i)) }
+}
+
+/// Q4Kx8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
+/// per lane the operations of `vnni::dot_q4kx8`.
+///
+/// # Safety
+/// The module's features available (`simd::wide`); `a[0].len()` is a
+/// multiple of 8, `g0` and `g1` hold `a[0].len() / 8` super-blocks each and
+/// every `a[m]` as many activation blocks as `a[0]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn dot_q4kx16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let nb = a[0].len();
+        debug_assert!(nb.is_multiple_of(8) && g0.len() >= nb / 8 * Q4KX8_SUPER && g1.len() >= nb / 8 * Q4KX8_SUPER);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let sign = _mm512_set1_epi32(i32::MIN);
+        let mut acc = [_mm512_setzero_ps(); MR];
+        let mut summ = [_mm512_setzero_ps(); MR];
+        for sb in 0..nb / 8 {
+            let p0 = g0.as_ptr().add(sb * Q4KX8_SUPER);
+            let p1 = g1.as_ptr().add(sb * Q4KX8_SUPER);
+            let dv = _mm512_cvtph_ps(pair128(p0, p1));
+            let mv = _mm512_cvtph_ps(pair128(p0.add(16), p1.add(16)));
+            for s in 0..8 {
+                let b = 8 * sb + s;
+                let (q0, q1) = (p0.add(160 + 128 * s), p1.add(160 + 128 * s));
+                prefetch_stream(q0.wrapping_add(STREAM_AHEAD), 128);
+                prefetch_stream(q1.wrapping_add(STREAM_AHEAD), 128);
+                let scv = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(pair64(p0.add(32 + 8 * s), p1.add(32 + 8 * s))));
+                let mnv = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(pair64(p0.add(96 + 8 * s), p1.add(96 + 8 * s))));
+                let dsc = _mm512_mul_ps(dv, scv);
+                // −(mv · mnv): the sign bit flipped, as the 8-lane kernel's xor with −0.0
+                let dmn = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(mv, mnv)), sign));
+                let mut r = [_mm512_setzero_si512(); 8];
+                for j in 0..4 {
+                    let pj = pair256(q0.add(32 * j), q1.add(32 * j));
+                    r[j] = _mm512_and_si512(pj, m4);
+                    r[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
+                }
+                for m in 0..MR {
+                    let ab = a[m].get_unchecked(b);
+                    let q = ab.qs.as_ptr() as *const i32;
+                    let mut s0 = _mm512_setzero_si512();
+                    let mut s1 = _mm512_setzero_si512();
+                    for j in (0..8).step_by(2) {
+                        s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
+                        s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
+                    }
+                    let isum = _mm512_add_epi32(s0, s1);
+                    let dd = _mm512_mul_ps(dsc, _mm512_set1_ps(ab.d));
+                    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[m]);
+                    summ[m] = _mm512_fmadd_ps(dmn, _mm512_set1_ps(ab.s), summ[m]);
+                }
+            }
+        }
+        for m in 0..MR {
+            _mm512_storeu_ps(out[m].as_mut_ptr(), _mm512_add_ps(acc[m], summ[m]));
+        }
+    }
+}
+
+/// Q6x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
+/// per lane the operations of `vnni::dot_q6x8`. AVX-512 has no byte
+/// `sign`: the activations are negated under the mask of the weights' sign
+/// bits instead. Where a weight is 0 its magnitude is 0, so the product is
+/// 0 either way, and every 4-product group sums to the same integer.
+///
+/// # Safety
+/// The module's features available (`simd::wide`); `g0` and `g1` hold
+/// `a[0].len()` group blocks each and every `a[m]` as many activation blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn dot_q6x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActBlock]; MR], out: &mut [[f32; 16]; MR]) {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let nb = a[0].len();
+        debug_assert!(g0.len() >= nb * Q6X8_BLOCK && g1.len() >= nb * Q6X8_BLOCK);
+        let zero = _mm512_setzero_si512();
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for b in 0..nb {
+            let p0 = g0.as_ptr().add(b * Q6X8_BLOCK);
+            let p1 = g1.as_ptr().add(b * Q6X8_BLOCK);
+            prefetch_stream(p0.wrapping_add(STREAM_AHEAD), Q6X8_BLOCK);
+            prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q6X8_BLOCK);
+            let q: [*const i32; MR] = std::array::from_fn(|m| a[m].get_unchecked(b).qs.as_ptr() as *const i32);
+            let mut half = [[_mm512_setzero_si512(); MR]; 2];
+            for j in 0..8 {
+                let r = pair256(p0.add(32 + 32 * j), p1.add(32 + 32 * j));
+                let ar = _mm512_abs_epi8(r);
+                let negative = _mm512_movepi8_mask(r);
+                for m in 0..MR {
+                    let av = _mm512_set1_epi32(q[m].add(j).read_unaligned());
+                    let sv = _mm512_mask_sub_epi8(av, negative, zero, av);
+                    half[j / 4][m] = _mm512_dpbusd_epi32(half[j / 4][m], ar, sv);
+                }
+            }
+            let dv = _mm512_cvtph_ps(pair128(p0, p1));
+            let slo = _mm512_cvtepi8_epi32(pair64(p0.add(16), p1.add(16)));
+            let shi = _mm512_cvtepi8_epi32(pair64(p0.add(24), p1.add(24)));
+            for m in 0..MR {
+                let isum = _mm512_add_epi32(_mm512_mullo_epi32(half[0][m], slo), _mm512_mullo_epi32(half[1][m], shi));
+                let dd = _mm512_mul_ps(dv, _mm512_set1_ps(a[m].get_unchecked(b).d));
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[m]);
+            }
+        }
+        for m in 0..MR {
+            _mm512_storeu_ps(out[m].as_mut_ptr(), acc[m]);
+        }
+    }
+}
+
 /// `avx2::softmax_inplace` with the max, the exponentials and the scaling
 /// 16 lanes at a time: per element the same operations, and the sum in the
 /// same 8 lanes and order (each 16 values' low half added, then the high
@@ -325,6 +446,32 @@ mod tests {
             for c in 0..16 {
                 let want = crate::pack::dot_q8x8_scalar(&q8, nb * 32, c, &a[m]);
                 assert_eq!(x[m][c].to_bits(), want.to_bits(), "q8x16 MR={MR} row {m} col {c}");
+            }
+        }
+        // Q6_K and Q4_K need whole 256-element super-blocks
+        let nsb = 2;
+        let ak = acts(rng, MR, nsb * 8);
+        let akr: [&[ActBlock]; MR] = std::array::from_fn(|i| ak[i].as_slice());
+        let mut q6raw = blocks(rng, 16, nsb, 210, 0);
+        for blk in q6raw.chunks_exact_mut(210) {
+            blk[208..210].copy_from_slice(&half::f16::from_f32(rng.f() * 0.1).to_le_bytes());
+        }
+        let q6 = crate::pack::pack_q6x8(16, nsb * 256, &q6raw).unwrap();
+        let h6 = nsb * 8 * Q6X8_BLOCK;
+        unsafe { dot_q6x16::<MR>(&q6[..h6], &q6[h6..], akr, &mut x) };
+        for m in 0..MR {
+            for c in 0..16 {
+                let want = crate::pack::dot_q6x8_scalar(&q6, nsb * 256, c, &ak[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q6x16 MR={MR} row {m} col {c}");
+            }
+        }
+        let q4k = crate::pack::pack_q4kx8(16, nsb * 256, &blocks(rng, 16, nsb, 144, 2)).unwrap();
+        let h4k = nsb * Q4KX8_SUPER;
+        unsafe { dot_q4kx16::<MR>(&q4k[..h4k], &q4k[h4k..], akr, &mut x) };
+        for m in 0..MR {
+            for c in 0..16 {
+                let want = crate::pack::dot_q4kx8_scalar(&q4k, nsb * 256, c, &ak[m]);
+                assert_eq!(x[m][c].to_bits(), want.to_bits(), "q4kx16 MR={MR} row {m} col {c}");
             }
         }
     }
