@@ -55,6 +55,47 @@ unsafe fn pair256(p0: *const u8, p1: *const u8) -> __m512i {
     }
 }
 
+/// The 32 nibbles of each of 4 pairs of 32-byte runs at `p0`, `p1`:
+/// `r[j]` the low nibbles of run j, `r[j + 4]` the high ones (the order of
+/// the 8-column kernels' `r`).
+///
+/// # Safety
+/// AVX512F and AVX512BW available; `p0` and `p1` valid for 128 bytes each.
+#[inline(always)]
+unsafe fn nibbles(p0: *const u8, p1: *const u8) -> [__m512i; 8] {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mut r = [_mm512_setzero_si512(); 8];
+        for j in 0..4 {
+            let pj = pair256(p0.add(32 * j), p1.add(32 * j));
+            r[j] = _mm512_and_si512(pj, m4);
+            r[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
+        }
+        r
+    }
+}
+
+/// Σ over the 8 words of an activation block of `vpdpbusd(r[j], q[j])`, in
+/// two chains (even and odd words) added at the end: the integer sums of
+/// the 8-column kernels, for 16 columns.
+///
+/// # Safety
+/// AVX512F and AVX512-VNNI available; `q` valid for 8 `i32` reads.
+#[inline(always)]
+unsafe fn dot_words(r: &[__m512i; 8], q: *const i32) -> __m512i {
+    // SAFETY: the caller upholds this function's `# Safety` contract.
+    unsafe {
+        let mut s0 = _mm512_setzero_si512();
+        let mut s1 = _mm512_setzero_si512();
+        for j in (0..8).step_by(2) {
+            s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
+            s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
+        }
+        _mm512_add_epi32(s0, s1)
+    }
+}
+
 /// Q4x8 groups `g0` and `g1` (columns 0..8 and 8..16 of `out`) × MR rows;
 /// per lane the same operations as `vnni::dot_q4x8`.
 ///
@@ -67,7 +108,6 @@ pub(crate) unsafe fn dot_q4x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
     unsafe {
         let nb = a[0].len();
         debug_assert!(g0.len() >= nb * Q4X8_BLOCK && g1.len() >= nb * Q4X8_BLOCK);
-        let m4 = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); MR];
         let mut summ = [_mm512_setzero_ps(); MR];
         for b in 0..nb {
@@ -77,22 +117,11 @@ pub(crate) unsafe fn dot_q4x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
             prefetch_stream(p1.wrapping_add(STREAM_AHEAD), Q4X8_BLOCK);
             let dv = _mm512_cvtph_ps(pair128(p0, p1));
             let mv = _mm512_cvtph_ps(pair128(p0.add(16), p1.add(16)));
-            let mut r = [_mm512_setzero_si512(); 8];
-            for j in 0..4 {
-                let pj = pair256(p0.add(32 + 32 * j), p1.add(32 + 32 * j));
-                r[j] = _mm512_and_si512(pj, m4);
-                r[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
-            }
+            let r = nibbles(p0.add(32), p1.add(32));
             for m in 0..MR {
                 let ab = a[m].get_unchecked(b);
                 let q = ab.qs.as_ptr() as *const i32;
-                let mut s0 = _mm512_setzero_si512();
-                let mut s1 = _mm512_setzero_si512();
-                for j in (0..8).step_by(2) {
-                    s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
-                    s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
-                }
-                let isum = _mm512_add_epi32(s0, s1);
+                let isum = dot_words(&r, q);
                 let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
                 acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[m]);
                 summ[m] = _mm512_fmadd_ps(mv, _mm512_set1_ps(ab.s), summ[m]);
@@ -148,13 +177,7 @@ pub(crate) unsafe fn dot_q5x16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[ActB
             for m in 0..MR {
                 let ab = a[m].get_unchecked(b);
                 let q = ab.qs.as_ptr() as *const i32;
-                let mut s0 = _mm512_setzero_si512();
-                let mut s1 = _mm512_setzero_si512();
-                for j in (0..8).step_by(2) {
-                    s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
-                    s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
-                }
-                let exact = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(16 * ab.sum));
+                let exact = _mm512_sub_epi32(dot_words(&r, q), _mm512_set1_epi32(16 * ab.sum));
                 let dd = _mm512_mul_ps(dv, _mm512_set1_ps(ab.d));
                 acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), dd, acc[m]);
             }
@@ -231,7 +254,6 @@ pub(crate) unsafe fn dot_q4kx16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[Act
     unsafe {
         let nb = a[0].len();
         debug_assert!(nb.is_multiple_of(8) && g0.len() >= nb / 8 * Q4KX8_SUPER && g1.len() >= nb / 8 * Q4KX8_SUPER);
-        let m4 = _mm512_set1_epi8(0x0F);
         let sign = _mm512_set1_epi32(i32::MIN);
         let mut acc = [_mm512_setzero_ps(); MR];
         let mut summ = [_mm512_setzero_ps(); MR];
@@ -250,22 +272,11 @@ pub(crate) unsafe fn dot_q4kx16<const MR: usize>(g0: &[u8], g1: &[u8], a: [&[Act
                 let dsc = _mm512_mul_ps(dv, scv);
                 // −(mv · mnv): the sign bit flipped, as the 8-lane kernel's xor with −0.0
                 let dmn = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(mv, mnv)), sign));
-                let mut r = [_mm512_setzero_si512(); 8];
-                for j in 0..4 {
-                    let pj = pair256(q0.add(32 * j), q1.add(32 * j));
-                    r[j] = _mm512_and_si512(pj, m4);
-                    r[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(pj), m4);
-                }
+                let r = nibbles(q0, q1);
                 for m in 0..MR {
                     let ab = a[m].get_unchecked(b);
                     let q = ab.qs.as_ptr() as *const i32;
-                    let mut s0 = _mm512_setzero_si512();
-                    let mut s1 = _mm512_setzero_si512();
-                    for j in (0..8).step_by(2) {
-                        s0 = _mm512_dpbusd_epi32(s0, r[j], _mm512_set1_epi32(q.add(j).read_unaligned()));
-                        s1 = _mm512_dpbusd_epi32(s1, r[j + 1], _mm512_set1_epi32(q.add(j + 1).read_unaligned()));
-                    }
-                    let isum = _mm512_add_epi32(s0, s1);
+                    let isum = dot_words(&r, q);
                     let dd = _mm512_mul_ps(dsc, _mm512_set1_ps(ab.d));
                     acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[m]);
                     summ[m] = _mm512_fmadd_ps(dmn, _mm512_set1_ps(ab.s), summ[m]);
