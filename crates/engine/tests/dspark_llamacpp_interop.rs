@@ -65,7 +65,7 @@ fn edit(base: &[u8], f: impl FnOnce(&mut Meta, &mut Tensors)) -> Vec<u8> {
 
 fn write(name: &str, bytes: &[u8]) -> PathBuf {
     let path = tmp(name);
-    std::fs::write(&path, bytes).unwrap();
+    common::write_atomically(&path, bytes);
     path
 }
 

@@ -49,7 +49,7 @@ fn opts(path: &Path, require: bool) -> SpecOptions {
 /// decoding by default, an error with `require`.
 fn refused(engine: &Arc<Engine>, name: &str, bytes: &[u8], want: &str) {
     let path = tmp(name);
-    std::fs::write(&path, bytes).unwrap();
+    common::write_atomically(&path, bytes);
     let err = engine.load_dspark(&path).err().unwrap_or_else(|| panic!("{name}: accepted"));
     let msg = err.to_string();
     assert!(msg.contains(want), "{name}: message {msg:?} does not contain {want:?}");
@@ -228,7 +228,7 @@ fn broken_and_mismatched_files_are_refused() {
 fn dspark_file_without_flag_is_reported_with_how_to_enable() {
     let engine = common::engine(1);
     let path = tmp("noflag.gguf");
-    std::fs::write(&path, valid_bytes(&engine)).unwrap();
+    common::write_atomically(&path, &valid_bytes(&engine));
     let o = SpecOptions { mtp: Some(path.clone()), ..Default::default() };
     assert!(engine.speculator(&o, 256).unwrap().is_none(), "plain decoding without --dspark");
     let e = engine.speculator(&SpecOptions { require: true, ..o.clone() }, 256).err().expect("require fails");
@@ -261,7 +261,7 @@ fn greedy(engine: &Arc<Engine>, prompt: &[u32], sp: Option<&mut Speculator>) -> 
 fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     let engine = common::engine(2);
     let path = tmp("valid.gguf");
-    std::fs::write(&path, valid_bytes(&engine)).unwrap();
+    common::write_atomically(&path, &valid_bytes(&engine));
     let strict = SpecOptions { dspark_strict: true, ..opts(&path, true) };
     assert!(engine.speculator(&strict, 512).unwrap().is_none(), "--dspark-strict decodes target-only");
     let o = SpecOptions { fixed_length: true, ..opts(&path, true) };
@@ -281,7 +281,7 @@ fn valid_drafter_loads_strict_is_plain_and_greedy_output_is_unchanged() {
     cfg.copy_embed = vec![0.5, 1.0, 1.5, 2.0];
     let w = DSparkWeights::init_from_target(m, cfg, Some((0..4096).collect()), 1);
     let hinted = tmp("hinted.gguf");
-    std::fs::write(&hinted, w.to_gguf(m.gguf(), &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap()).unwrap();
+    common::write_atomically(&hinted, &w.to_gguf(m.gguf(), &engine.target_id(), GgmlType::Q8_0, &[]).unwrap().to_bytes().unwrap());
     let mut sp = engine.speculator(&SpecOptions { fixed_length: true, ..opts(&hinted, true) }, 512).unwrap().expect("a speculator");
     assert!(sp.drafter_name().contains("copy hints up to 4-grams"), "{}", sp.drafter_name());
     let text = engine

@@ -45,7 +45,7 @@ fn opts(path: &Path, require: bool) -> SpecOptions {
 /// decoding by default, an error with `require`.
 fn refused(engine: &Arc<Engine>, name: &str, bytes: &[u8], want: &str) {
     let path = tmp(name);
-    std::fs::write(&path, bytes).unwrap();
+    common::write_atomically(&path, bytes);
     let err = engine.load_mtp_head(&path).err().unwrap_or_else(|| panic!("{name}: accepted"));
     let msg = err.to_string();
     assert!(msg.contains(want), "{name}: message {msg:?} does not contain {want:?}");
@@ -121,7 +121,7 @@ fn broken_and_mismatched_files_are_refused() {
     engine
         .load_mtp_head(&{
             let p = tmp("fused.gguf");
-            std::fs::write(&p, &fused).unwrap();
+            common::write_atomically(&p, &fused);
             p
         })
         .expect("a valid fused head loads");
@@ -155,7 +155,7 @@ fn broken_and_mismatched_files_are_refused() {
     engine
         .load_mtp_head(&{
             let p = tmp("copy.gguf");
-            std::fs::write(&p, &copy).unwrap();
+            common::write_atomically(&p, &copy);
             p
         })
         .expect("a valid head with copy hints loads");
@@ -195,7 +195,7 @@ fn broken_and_mismatched_files_are_refused() {
 fn valid_head_loads_and_greedy_output_is_unchanged() {
     let engine = common::engine(2);
     let path = tmp("valid.gguf");
-    std::fs::write(&path, valid_head_bytes(&engine)).unwrap();
+    common::write_atomically(&path, &valid_head_bytes(&engine));
     let o = SpecOptions { mtp: Some(path), fixed_length: true, mtp_draft: Some(3), ..Default::default() };
     let mut sp = engine.speculator(&o, 512).unwrap().expect("a speculator");
     assert!(sp.drafter_name().starts_with("mtp"), "{}", sp.drafter_name());

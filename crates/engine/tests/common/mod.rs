@@ -73,3 +73,17 @@ pub fn generate(
     .unwrap();
     out
 }
+
+/// Write `bytes` to `path` under a private name, then rename it into place.
+/// Loaders map their files: a test that rewrote a file in place (truncate,
+/// then write) while another test thread still had it mapped killed the
+/// whole test process with SIGBUS. A rename leaves the mapped file intact.
+pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().expect("a file name").to_os_string();
+    name.push(format!(".{}-{n}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
